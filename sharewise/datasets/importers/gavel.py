@@ -1,0 +1,394 @@
+"""Import Gavel's ``simulation_throughputs.json`` (isolated and co-located steps/s on K80, P100, V100).
+
+Format (stanford-futuredata/gavel, ``scheduler/simulation_throughputs.json``)::
+
+    {gpu: {"('<job type>', <scale>)": {"null": <isolated steps/s>,
+                                       "('<other job type>', <scale>)": [<this job's steps/s>, <other's>]}}}
+
+Only scale-1 (single-GPU) entries hold co-location measurements. Each (job type, GPU) becomes a profile; the
+workload name is Gavel's job type verbatim (``"ResNet-18 (batch size 16)"``), so Gavel's job traces, whose
+``job_type`` column uses the same strings, can be replayed against the imported pairs. Each unordered pair
+of job types on a GPU becomes one pair row: ``slowdown = isolated / co-located`` throughput, and ``[0, 0]``
+(not run, or out of memory) becomes status ``oom``. Gavel co-located jobs as separate processes with
+default CUDA contexts, hence mode ``timeslice``. GPU keys ending in ``_unconsolidated`` describe multi-server
+placements of the same single-GPU numbers and are skipped.
+
+Gavel gives no profiler features, so where a zoo workload of the same architecture exists its
+device-independent features (FLOPs, parameter and activation bytes, op mix) are computed on the ``meta``
+device at the job's batch size, once per (workload, batch size), and cached in ``static_features.json`` in
+the output folder so a re-import does not recompute them.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import os
+import re
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from sharewise.datasets.importers import ImportResult
+from sharewise.datasets.store import Dataset, utc_now
+from sharewise.errors import DatasetError, SchemaError
+
+# Gavel model name -> our family name (families named after Gavel's model families).
+GAVEL_FAMILIES: dict[str, str] = {
+    "ResNet-18": "resnet18",
+    "ResNet-50": "resnet50",
+    "Transformer": "transformer",
+    "LM": "lm",
+    "Recommendation": "recommendation",
+    "A3C": "a3c",
+    "CycleGAN": "cyclegan",
+}
+# Gavel model name -> zoo workload of the same architecture, for device-independent features.
+ZOO_WORKLOADS: dict[str, str] = {
+    "ResNet-18": "resnet18",
+    "ResNet-50": "resnet50",
+    "Transformer": "transformer",
+    "LM": "lstm_lm",
+    "Recommendation": "ncf",
+    "A3C": "a3c",
+    "CycleGAN": "cyclegan",
+}
+GAVEL_MODE = "timeslice"
+STATIC_CACHE_NAME = "static_features.json"
+_STATIC_CACHE_VERSION = 1
+_JOB_TYPE = re.compile(r"^(?P<model>.+?) \(batch size (?P<batch>\d+)\)$")
+
+
+def parse_job_type(job_type: str) -> tuple[str, int | None]:
+    """Split a Gavel job type into (model, batch size or None): ``"LM (batch size 20)"`` -> ``("LM", 20)``."""
+    match = _JOB_TYPE.match(job_type)
+    if match:
+        return match.group("model"), int(match.group("batch"))
+    return job_type, None
+
+
+def _parse_key(key: str, source: str) -> tuple[str, int]:
+    try:
+        value = ast.literal_eval(key)
+    except (ValueError, SyntaxError):
+        value = None
+    if not (
+        isinstance(value, tuple)
+        and len(value) == 2
+        and isinstance(value[0], str)
+        and isinstance(value[1], int)
+    ):
+        raise SchemaError(
+            f"{source}: key {key!r} is not a Gavel job key; expected the text of a tuple "
+            "like \"('ResNet-18 (batch size 16)', 1)\""
+        )
+    return value
+
+
+def _family(model: str) -> str:
+    return GAVEL_FAMILIES.get(model) or re.sub(r"[^a-z0-9]+", "-", model.lower()).strip("-")
+
+
+def import_gavel(
+    path: str | os.PathLike,
+    out: str | os.PathLike,
+    static_features: bool = True,
+    refresh_static: bool = False,
+) -> ImportResult:
+    """Import a Gavel ``simulation_throughputs.json`` into dataset folder ``out``.
+
+    Parameters
+    ----------
+    path : path
+        The throughputs file.
+    out : path
+        Dataset folder to write (created if needed; new files are added next to existing ones).
+    static_features : bool
+        Compute device-independent features from the zoo workload of the same architecture.
+    refresh_static : bool
+        Recompute those features even when ``out/static_features.json`` caches them.
+
+    Returns
+    -------
+    ImportResult
+        Counts, devices, workloads, and warnings, e.g. "static features unavailable for LM: ...".
+
+    Raises
+    ------
+    SchemaError
+        A file that is not Gavel's format (the message names the file and the offending key).
+    """
+    path = Path(path)
+    source = str(path)
+    if not path.is_file():
+        raise DatasetError(f"Gavel throughputs file {source!r} not found")
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise SchemaError(f"{source}: not valid JSON ({exc})") from None
+    if not isinstance(data, dict) or not data:
+        raise SchemaError(f"{source}: expected an object keyed by GPU type, like {{'v100': {{...}}}}")
+    warnings: list[str] = []
+    created = utc_now()
+    skipped = sorted(g for g in data if g.endswith("_unconsolidated"))
+    gpus = [g for g in data if not g.endswith("_unconsolidated")]
+    if skipped:
+        warnings.append(
+            f"skipped multi-server GPU keys {skipped} (same single-GPU numbers as their base keys)"
+        )
+
+    # Isolated throughputs and the job types seen, per GPU.
+    isolated: dict[tuple[str, str], float] = {}
+    job_types: list[str] = []
+    for gpu in gpus:
+        table = data[gpu]
+        if not isinstance(table, dict):
+            raise SchemaError(
+                f"{source}: entry for GPU {gpu!r} must be an object keyed by job, got {type(table).__name__}"
+            )
+        for key, row in table.items():
+            job, scale = _parse_key(key, source)
+            if scale != 1:
+                continue
+            if not isinstance(row, dict) or "null" not in row:
+                raise SchemaError(f"{source}: {gpu}/{key} lacks the isolated throughput under key 'null'")
+            iso = _number(row["null"], source, f"{gpu}/{key}/null")
+            if iso > 0:
+                isolated[(gpu, job)] = iso
+            else:
+                warnings.append(f"{gpu}: {job!r} has isolated throughput {iso!r}; skipped")
+            if job not in job_types:
+                job_types.append(job)
+
+    static = _StaticFeatures(Path(out), enabled=static_features, refresh=refresh_static)
+    profile_rows = []
+    for gpu, job in isolated:
+        model, batch = parse_job_type(job)
+        zoo = ZOO_WORKLOADS.get(model)
+        feats, zoo_batch = static.get(zoo, batch, job) if zoo else ({}, None)
+        if zoo is None and static_features:
+            static.note_missing(job, f"no zoo workload of the same architecture as Gavel model {model!r}")
+        iso = isolated[(gpu, job)]
+        profile_rows.append(
+            {
+                "workload": job,
+                "family": _family(model),
+                "batch_size": batch or zoo_batch or 1,
+                "device_kind": "cuda",
+                "device_name": gpu,
+                "mode": GAVEL_MODE,
+                "host": "",
+                "torch_version": "",
+                "created_at": created,
+                "iter_time_ms": 1000.0 / iso,
+                "throughput": iso,
+                "spec": zoo or "",
+                "size": "full",
+                "source": "gavel",
+                "f_batch_size": float(batch) if batch else math.nan,
+                **feats,
+            }
+        )
+    warnings.extend(static.warnings())
+
+    pair_rows = []
+    asymmetric = 0
+    done: set[tuple[str, frozenset]] = set()
+    for gpu in gpus:
+        for key, row in data[gpu].items():
+            job_a, scale = _parse_key(key, source)
+            if scale != 1 or (gpu, job_a) not in isolated:
+                continue
+            for other, value in row.items():
+                if other == "null":
+                    continue
+                job_b, scale_b = _parse_key(other, source)
+                if scale_b != 1 or (gpu, job_b) not in isolated or (gpu, frozenset((job_a, job_b))) in done:
+                    continue
+                done.add((gpu, frozenset((job_a, job_b))))
+                where = f"{gpu}/{key}/{other}"
+                if not (isinstance(value, list) and len(value) == 2):
+                    raise SchemaError(
+                        f"{source}: {where} must be [this job's steps/s, other's steps/s], got {value!r}"
+                    )
+                coloc_a, coloc_b = (_number(v, source, where) for v in value)
+                mirror = data[gpu].get(str((job_b, 1)), {}).get(key)
+                if (
+                    isinstance(mirror, list)
+                    and len(mirror) == 2
+                    and not np.allclose([coloc_b, coloc_a], mirror)
+                ):
+                    asymmetric += 1
+                pair_rows.append(_pair_row(gpu, job_a, job_b, isolated, coloc_a, coloc_b, created))
+    if asymmetric:
+        warnings.append(f"{asymmetric} pair(s) disagree with their mirror entry; the first one seen was used")
+
+    if not profile_rows:
+        raise SchemaError(f"{source}: no single-GPU (scale 1) job with a positive isolated throughput")
+    profiles = pd.DataFrame(profile_rows)
+    pairs = pd.DataFrame(pair_rows)
+    ds = Dataset(out)
+    files = []
+    with ds.lock("gavel import"):
+        files.append(ds.write_profiles(profiles))
+        if len(pairs):
+            files.append(ds.write_pairs(pairs))
+        static.save()
+    counts = pairs["status"].value_counts().to_dict() if len(pairs) else {}
+    return ImportResult(
+        out=ds.path,
+        profiles=len(profiles),
+        pairs=len(pairs),
+        pairs_ok=int(counts.get("ok", 0)),
+        status_counts={str(k): int(v) for k, v in counts.items()},
+        devices=sorted({r["device_name"] for r in profile_rows}),
+        workloads=sorted({r["workload"] for r in profile_rows}),
+        files=files,
+        warnings=warnings,
+        static_features=static.counts(),
+    )
+
+
+def _number(value, source: str, where: str) -> float:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value < 0
+    ):
+        raise SchemaError(f"{source}: {where} must be a non-negative finite number of steps/s, got {value!r}")
+    return float(value)
+
+
+def _pair_row(gpu, job_a, job_b, isolated, coloc_a, coloc_b, created) -> dict:
+    solo_a, solo_b = isolated[(gpu, job_a)], isolated[(gpu, job_b)]
+    if coloc_a > 0 and coloc_b > 0:
+        status, error = "ok", ""
+    elif coloc_a == 0 and coloc_b == 0:
+        status, error = "oom", "Gavel reports [0, 0]: not run or out of memory"
+    else:
+        status, error = "failed", "Gavel reports a zero co-located throughput for one job only"
+    ok = status == "ok"
+    return {
+        "workload_a": job_a,
+        "workload_b": job_b,
+        "device_kind": "cuda",
+        "device_name": gpu,
+        "mode": GAVEL_MODE,
+        "solo_a": solo_a,
+        "solo_b": solo_b,
+        "coloc_a": coloc_a if ok else math.nan,
+        "coloc_b": coloc_b if ok else math.nan,
+        "slowdown_a": solo_a / coloc_a if ok else math.nan,
+        "slowdown_b": solo_b / coloc_b if ok else math.nan,
+        "trials": 1,
+        # Gavel publishes one number per pair, no spread; the schema needs a finite cv on ok rows.
+        "cv_a": 0.0 if ok else math.nan,
+        "cv_b": 0.0 if ok else math.nan,
+        "status": status,
+        "error": error,
+        "created_at": created,
+        "source": "gavel",
+    }
+
+
+class _StaticFeatures:
+    """Device-independent features per (zoo workload, batch size), computed lazily and cached on disk."""
+
+    def __init__(self, out: Path, enabled: bool, refresh: bool) -> None:
+        self.enabled = enabled
+        self.path = Path(out) / STATIC_CACHE_NAME
+        self.cache: dict[str, dict] = {} if refresh else self._read()
+        self.computed = 0
+        self.reused = 0
+        self.failed: dict[str, str] = {}
+        self.dirty = False
+
+    def _read(self) -> dict[str, dict]:
+        if not self.path.is_file():
+            return {}
+        try:
+            payload = json.loads(self.path.read_text())
+        except json.JSONDecodeError:
+            return {}  # a damaged cache is only a cache: recompute
+        if payload.get("version") != _STATIC_CACHE_VERSION:
+            return {}
+        return payload.get("entries", {})
+
+    def get(self, zoo: str, batch: int | None, job: str) -> tuple[dict, int | None]:
+        if not self.enabled:
+            return {}, None
+        key = f"{zoo}|{batch if batch else 'default'}"
+        if key in self.cache:
+            entry = self.cache[key]
+            self.reused += 1
+            return dict(entry["features"]), entry.get("batch_size")
+        if key in self.failed:
+            return {}, None
+        feats, used_batch, problem = _compute_static(zoo, batch)
+        if problem:
+            self.failed[key] = problem
+            self.note_missing(job, problem)
+            return {}, None
+        self.cache[key] = {"features": feats, "batch_size": used_batch}
+        self.computed += 1
+        self.dirty = True
+        return dict(feats), used_batch
+
+    def note_missing(self, job: str, why: str) -> None:
+        self.failed.setdefault(f"job:{job}", why)
+
+    def warnings(self) -> list[str]:
+        if not self.enabled:
+            return ["static features not computed (disabled); device-independent f_* columns are absent"]
+        out = []
+        for key, why in self.failed.items():
+            what = key[len("job:") :] if key.startswith("job:") else key
+            out.append(f"static features left missing (NaN) for {what}: {why}")
+        return out
+
+    def counts(self) -> dict[str, int]:
+        return {"computed": self.computed, "cached": self.reused, "missing": len(self.failed)}
+
+    def save(self) -> None:
+        if not self.dirty:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(f".tmp-{uuid.uuid4().hex}.json")
+        tmp.write_text(
+            json.dumps({"version": _STATIC_CACHE_VERSION, "entries": self.cache}, indent=1, sort_keys=True)
+        )
+        os.replace(tmp, self.path)
+
+
+def _compute_static(zoo: str, batch: int | None) -> tuple[dict, int | None, str | None]:
+    """Return (features, batch size used, problem); a problem leaves the features missing, never fails."""
+    try:
+        import torch
+
+        from sharewise.profiler.flops import static_features
+        from sharewise.profiler.workloads import load_workload_class
+    except ImportError as exc:
+        return {}, None, f"the static feature counter is not available ({exc})"
+    try:
+        cls = load_workload_class(zoo)
+        workload = cls(batch_size=batch, size="full")
+        workload.build(torch.device("meta"))
+        try:
+            raw = static_features(workload)
+        finally:
+            workload.close()
+    except Exception as exc:  # a zoo or counter bug must not block an import: leave the features NaN
+        return {}, None, f"computing them for zoo workload {zoo!r} failed ({type(exc).__name__}: {exc})"
+    feats = {}
+    for name, value in dict(raw).items():
+        if isinstance(name, str) and name.startswith("f_") and name != "f_batch_size":
+            try:
+                number = float(value)
+            except (TypeError, ValueError):
+                continue
+            feats[name] = number if math.isfinite(number) else math.nan
+    return feats, int(workload.batch_size), None

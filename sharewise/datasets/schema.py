@@ -1,0 +1,187 @@
+"""Column schema of the profiles and pairs tables, checked at every boundary (write, read, import)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from sharewise.errors import SchemaError
+
+SCHEMA_VERSION = 1
+
+# Required columns and their kinds: "str", "int", "float" (float may hold NaN only where noted).
+PROFILE_COLUMNS: dict[str, str] = {
+    "workload": "str",
+    "family": "str",
+    "batch_size": "int",
+    "device_kind": "str",
+    "device_name": "str",
+    "mode": "str",
+    "host": "str",
+    "torch_version": "str",
+    "created_at": "str",
+    "iter_time_ms": "float",
+    "throughput": "float",
+}
+# Optional profile columns that, when present, must have this kind.
+PROFILE_OPTIONAL: dict[str, str] = {
+    "spec": "str",
+    "size": "str",
+    "samples_per_s": "float",
+    "iter_p50_ms": "float",
+    "iter_p95_ms": "float",
+    "iter_p99_ms": "float",
+    "cv": "float",
+    "repeats": "int",
+    "device_index": "int",
+    "pm_score": "float",
+    "profile_s": "float",
+    "source": "str",
+}
+
+PAIR_COLUMNS: dict[str, str] = {
+    "workload_a": "str",
+    "workload_b": "str",
+    "device_kind": "str",
+    "device_name": "str",
+    "mode": "str",
+    "solo_a": "float",
+    "solo_b": "float",
+    "coloc_a": "float",
+    "coloc_b": "float",
+    "slowdown_a": "float",
+    "slowdown_b": "float",
+    "trials": "int",
+    "cv_a": "float",
+    "cv_b": "float",
+    "status": "str",
+    "error": "str",
+    "created_at": "str",
+}
+PAIR_OPTIONAL: dict[str, str] = {
+    "batch_size_a": "int",
+    "batch_size_b": "int",
+    "size": "str",
+    "host": "str",
+    "other_cpu_frac": "float",
+    "window_s": "float",
+    "steps_a": "int",
+    "steps_b": "int",
+    "source": "str",
+}
+PAIR_STATUSES = ("ok", "failed", "oom", "timeout", "skipped")
+# Numbers a pair row may leave NaN unless its status is "ok".
+_PAIR_MEASURED = ("solo_a", "solo_b", "coloc_a", "coloc_b", "slowdown_a", "slowdown_b", "cv_a", "cv_b")
+# Keys that identify one measurement: a rerun replaces the older row with the same key.
+PAIR_KEY = ("workload_a", "workload_b", "device_name", "mode")
+PROFILE_KEY = ("workload", "batch_size", "device_name", "mode")
+
+
+def feature_columns(df: pd.DataFrame) -> list[str]:
+    """Return the ``f_*`` feature columns of a profiles table, in table order."""
+    return [c for c in df.columns if c.startswith("f_")]
+
+
+def validate_profiles(df: pd.DataFrame, source: str) -> pd.DataFrame:
+    """Check a profiles table and return it with canonical dtypes.
+
+    ``source`` names the file (or "in-memory table") in error messages. Features (``f_*``) must be numeric;
+    NaN means "not measured" and is allowed, infinities are not.
+    """
+    df = _coerce(df, PROFILE_COLUMNS, PROFILE_OPTIONAL, source)
+    for col in feature_columns(df):
+        df[col] = _numeric(df[col], source, col)
+        bad = np.isinf(df[col].to_numpy(dtype=float))
+        if bad.any():
+            raise SchemaError(
+                f"{source}: column {col!r} holds an infinite value in row {int(np.argmax(bad))}; "
+                "features must be finite numbers (NaN marks a missing one)"
+            )
+    if (df["batch_size"] < 1).any():
+        raise SchemaError(f"{source}: column 'batch_size' must be >= 1")
+    tp = df["throughput"].to_numpy(dtype=float)
+    if (~np.isfinite(tp) | (tp <= 0)).any():
+        row = int(np.argmax(~np.isfinite(tp) | (tp <= 0)))
+        raise SchemaError(
+            f"{source}: column 'throughput' must be a positive finite number, got {tp[row]!r} in row {row}"
+        )
+    return df
+
+
+def validate_pairs(df: pd.DataFrame, source: str) -> pd.DataFrame:
+    """Check a pairs table and return it with canonical dtypes.
+
+    Rows with status ``ok`` need positive finite throughputs and slowdowns; other rows may leave them NaN.
+    """
+    df = _coerce(df, PAIR_COLUMNS, PAIR_OPTIONAL, source)
+    unknown = sorted(set(df["status"]) - set(PAIR_STATUSES))
+    if unknown:
+        raise SchemaError(
+            f"{source}: column 'status' holds {unknown}; expected one of {list(PAIR_STATUSES)}"
+        )
+    ok = (df["status"] == "ok").to_numpy()
+    for col in _PAIR_MEASURED:
+        values = df[col].to_numpy(dtype=float)
+        if col.startswith("cv"):
+            bad = ok & (~np.isfinite(values) | (values < 0))
+        else:
+            bad = ok & (~np.isfinite(values) | (values <= 0))
+        if bad.any():
+            row = int(np.argmax(bad))
+            raise SchemaError(
+                f"{source}: column {col!r} must be a positive finite number in rows with status 'ok', "
+                f"got {values[row]!r} in row {row}"
+            )
+    return df
+
+
+def _coerce(df: pd.DataFrame, required: dict[str, str], optional: dict[str, str], source: str) -> pd.DataFrame:
+    if not isinstance(df, pd.DataFrame):
+        raise SchemaError(f"{source}: expected a table, got {type(df).__name__}")
+    missing = [c for c in required if c not in df.columns]
+    if missing:
+        raise SchemaError(
+            f"{source}: missing column(s) {missing}; a table of this kind needs {list(required)}"
+        )
+    df = df.copy()
+    kinds = {**required, **{c: k for c, k in optional.items() if c in df.columns}}
+    for col, kind in kinds.items():
+        if kind == "str":
+            df[col] = _strings(df[col], source, col)
+        elif kind == "int":
+            values = _numeric(df[col], source, col)
+            if values.isna().any() or not np.all(np.mod(values.to_numpy(dtype=float), 1) == 0):
+                raise SchemaError(f"{source}: column {col!r} must hold whole numbers")
+            df[col] = values.astype("int64")
+        else:
+            df[col] = _numeric(df[col], source, col)
+    return df.reset_index(drop=True)
+
+
+def _strings(series: pd.Series, source: str, col: str) -> pd.Series:
+    values = series.tolist()
+    for i, v in enumerate(values):
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            values[i] = ""
+        elif not isinstance(v, str):
+            raise SchemaError(
+                f"{source}: column {col!r} must hold text, got {type(v).__name__} {v!r} in row {i}"
+            )
+    return pd.Series(values, index=series.index, dtype=object)
+
+
+def _numeric(series: pd.Series, source: str, col: str) -> pd.Series:
+    if pd.api.types.is_bool_dtype(series):
+        raise SchemaError(f"{source}: column {col!r} must be numeric, got booleans")
+    if pd.api.types.is_numeric_dtype(series):
+        return series.astype("float64")
+    converted = pd.to_numeric(series, errors="coerce")
+    bad = converted.isna() & series.notna() & (series.astype(str).str.strip() != "")
+    if bad.any():
+        row = int(np.argmax(bad.to_numpy()))
+        raise SchemaError(
+            f"{source}: column {col!r} must be numeric, got {series.iloc[row]!r} in row {row}"
+        )
+    return converted.astype("float64")

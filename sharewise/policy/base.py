@@ -1,0 +1,226 @@
+"""Types every policy shares: the queue, the cluster state, a placement, and GPU-picking helpers.
+
+A policy is a pure function ``policy(queue, cluster, table, now) -> list[Placement]``. The simulator and
+``recommend`` build the two inputs as numpy views, so a policy can be vectorised over the queue and the GPUs;
+the views are read-only, so a policy cannot change the state it is shown.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, NamedTuple
+
+import numpy as np
+
+from sharewise.errors import SharewiseError
+
+if TYPE_CHECKING:
+    from sharewise.policy.table import SlowdownTable
+
+MAX_JOBS_PER_GPU = 2
+
+
+class InvalidPlacementError(SharewiseError, RuntimeError):
+    """A policy returned a placement the cluster cannot run (a bug in the policy, not in the user's input)."""
+
+
+class Placement(NamedTuple):
+    """Start queued job ``job`` on the GPUs ``gpus`` (as many as it asked for, each holding at most one other job).
+
+    Example: ``Placement(job=7, gpus=(12, 13))``.
+    """
+
+    job: int
+    gpus: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Queue:
+    """The waiting jobs, in arrival order; every field is a read-only array of the same length.
+
+    ``job`` is sorted ascending and indexes the caller's job arrays (and ``ClusterState.job_*``); ``remaining`` is the job's remaining
+    exclusive run time in seconds on a speed-1.0 GPU (schedulers in the SJF family assume it is known);
+    ``workload`` holds ids of the ``SlowdownTable``.
+    """
+
+    job: np.ndarray
+    arrival: np.ndarray
+    gpus: np.ndarray
+    remaining: np.ndarray
+    workload: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.job.shape[0])
+
+
+@dataclass(frozen=True)
+class ClusterState:
+    """GPUs and the jobs on them; arrays are read-only.
+
+    ``resident[g]`` holds up to two job indices on GPU ``g`` (``-1`` marks an empty slot; slot 0 fills first).
+    ``node[g]`` and ``speed[g]`` describe the GPU (speed 1.0 = nominal; PAL's performance-variability score).
+    ``job_remaining``, ``job_workload`` and ``job_ngpus`` (GPUs the job holds) are indexed by job and are
+    meaningful for running jobs (queued jobs are described by the ``Queue``). A job spanning more than one node runs ``cross_node_slowdown`` times
+    slower: locality-aware policies may weigh it.
+    """
+
+    resident: np.ndarray
+    node: np.ndarray
+    speed: np.ndarray
+    job_remaining: np.ndarray
+    job_workload: np.ndarray
+    job_ngpus: np.ndarray
+    cross_node_slowdown: float = 1.0
+
+    @property
+    def n_gpus(self) -> int:
+        return int(self.resident.shape[0])
+
+    def occupancy(self) -> np.ndarray:
+        """Return the number of jobs on each GPU (0, 1 or 2)."""
+        return (self.resident >= 0).sum(axis=1)
+
+
+Policy = Callable[["Queue", "ClusterState", "SlowdownTable", float], list[Placement]]
+
+
+def readonly(array: np.ndarray) -> np.ndarray:
+    """Return a read-only view of ``array`` (no copy)."""
+    view = array.view()
+    view.flags.writeable = False
+    return view
+
+
+def pick_free_gpus(free: np.ndarray, node: np.ndarray, k: int) -> np.ndarray | None:
+    """Choose ``k`` GPUs among those marked in ``free``, on as few nodes as possible; ``None`` if too few.
+
+    A job that fits on one node goes to the node with the fewest free GPUs that still holds it (best fit, so
+    whole nodes stay free for big jobs); a bigger job takes the fullest-free nodes first.
+    """
+    idx = np.flatnonzero(free)
+    if idx.shape[0] < k:
+        return None
+    if k == 1:
+        counts = np.bincount(node[idx])
+        per_gpu = counts[node[idx]]
+        return idx[[int(np.argmin(per_gpu))]]
+    counts = np.bincount(node[idx])
+    fitting = np.flatnonzero(counts >= k)
+    if fitting.shape[0]:
+        best = fitting[np.argmin(counts[fitting])]
+        return idx[node[idx] == best][:k]
+    # Fullest-free nodes first; a stable sort keeps the GPU order inside a node.
+    rank = np.argsort(-counts[node[idx]], kind="stable")
+    return np.sort(idx[rank[:k]])
+
+
+def pick_fastest_gpus(free: np.ndarray, speed: np.ndarray, k: int) -> np.ndarray | None:
+    """Choose the ``k`` fastest GPUs among ``free`` (ties: lower index); ``None`` if too few."""
+    idx = np.flatnonzero(free)
+    if idx.shape[0] < k:
+        return None
+    rank = np.argsort(-speed[idx], kind="stable")
+    return np.sort(idx[rank[:k]])
+
+
+def check_placements(
+    placements: Sequence[Placement], queue: Queue, cluster: ClusterState, table: SlowdownTable, policy: str
+) -> None:
+    """Raise ``InvalidPlacementError`` unless ``placements`` can all start together on ``cluster``.
+
+    Checks: each job is queued and placed once, gets exactly the GPUs it asked for, no GPU ends with more
+    than two jobs, and every pair that would share a GPU may share according to ``table``.
+    """
+    occupancy = cluster.occupancy().copy()
+    partner = np.where(cluster.resident[:, 0] >= 0, cluster.resident[:, 0], -1)
+    partner_workload = np.full(cluster.n_gpus, -1)
+    has = partner >= 0
+    partner_workload[has] = cluster.job_workload[partner[has]]
+    seen: set[int] = set()
+    for p in placements:
+        job = int(p.job)
+        i = int(np.searchsorted(queue.job, job))
+        if i >= len(queue) or int(queue.job[i]) != job:
+            raise InvalidPlacementError(f"policy {policy!r} placed job {job}, which is not in the queue")
+        if job in seen:
+            raise InvalidPlacementError(f"policy {policy!r} placed job {job} twice")
+        seen.add(job)
+        gpus = np.asarray(p.gpus, dtype=np.int64)
+        if gpus.shape[0] != int(queue.gpus[i]) or np.unique(gpus).shape[0] != gpus.shape[0]:
+            raise InvalidPlacementError(
+                f"policy {policy!r} gave job {job} GPUs {list(map(int, gpus))}; it asked for "
+                f"{int(queue.gpus[i])} distinct GPUs"
+            )
+        if (gpus < 0).any() or (gpus >= cluster.n_gpus).any():
+            raise InvalidPlacementError(
+                f"policy {policy!r} gave job {job} GPUs {list(map(int, gpus))}; the cluster has GPUs "
+                f"0..{cluster.n_gpus - 1}"
+            )
+        for g in gpus:
+            if occupancy[g] >= MAX_JOBS_PER_GPU:
+                raise InvalidPlacementError(
+                    f"policy {policy!r} put job {job} on GPU {int(g)}, which already holds "
+                    f"{MAX_JOBS_PER_GPU} jobs"
+                )
+            if occupancy[g] == 1 and not table.may_share(
+                np.array([queue.workload[i]]), np.array([partner_workload[g]])
+            )[0]:
+                raise InvalidPlacementError(
+                    f"policy {policy!r} paired job {job} ({table.workloads[queue.workload[i]]}) with "
+                    f"{table.workloads[partner_workload[g]]} on GPU {int(g)}; that pair may not share "
+                    "(out of memory or never measured)"
+                )
+            occupancy[g] += 1
+            partner_workload[g] = queue.workload[i]
+
+
+def smallest_first(keys: np.ndarray, m: int) -> np.ndarray:
+    """Return positions of at least the ``m`` smallest ``keys`` in ascending order (ties: lower position).
+
+    The result is an exact prefix of ``np.argsort(keys, kind="stable")`` holding every key up to the
+    ``m``-th smallest, found in linear time: a policy that places at most ``m`` jobs per call does not sort
+    a queue of thousands at every event. Continue with ``rest_in_order`` if the prefix runs out.
+    """
+    n = keys.shape[0]
+    if m >= n or n <= 64:
+        return np.argsort(keys, kind="stable")
+    if m <= 0:
+        return np.empty(0, dtype=np.int64)
+    kth = np.partition(keys, m - 1)[m - 1]
+    idx = np.flatnonzero(keys <= kth)
+    return idx[np.argsort(keys[idx], kind="stable")]
+
+
+def rest_in_order(keys: np.ndarray, prefix: np.ndarray) -> np.ndarray:
+    """Return the positions not in ``prefix`` (from ``smallest_first``), in ascending key order."""
+    if prefix.shape[0] == keys.shape[0]:
+        return np.empty(0, dtype=np.int64)
+    mask = np.ones(keys.shape[0], dtype=bool)
+    mask[prefix] = False
+    idx = np.flatnonzero(mask)
+    return idx[np.argsort(keys[idx], kind="stable")]
+
+
+def in_order(keys: np.ndarray, m: int, positions: np.ndarray | None = None):
+    """Yield ``positions`` (default: 0..n-1) in ascending ``keys`` order, lazily.
+
+    Only the ``m`` smallest keys (and their ties) are sorted up front; the rest is sorted only if the caller
+    keeps iterating (see ``smallest_first``).
+    """
+    if positions is None:
+        positions = np.arange(keys.shape[0])
+    prefix = smallest_first(keys, m)
+    yield from positions[prefix].tolist()
+    rest = rest_in_order(keys, prefix)
+    if rest.shape[0]:
+        yield from positions[rest].tolist()
+
+
+def queue_keys(queue: Queue, order: str) -> np.ndarray:
+    """Return the sort key of each queued job for ``order``: ``fifo`` (arrival) or ``sjf`` (remaining time)."""
+    if order == "sjf":
+        return queue.remaining
+    if order == "fifo":
+        return queue.arrival
+    raise ValueError(f"queue order must be 'fifo' or 'sjf', got {order!r}")

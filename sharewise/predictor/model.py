@@ -1,0 +1,386 @@
+"""``SlowdownRegressor``: XGBoost quantile regression of log slowdown, a scikit-learn style estimator."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from sklearn.base import BaseEstimator, RegressorMixin
+
+from sharewise.errors import (
+    ConfigError,
+    MissingDependencyError,
+    ModelSchemaError,
+    NotFittedError,
+    SchemaError,
+)
+
+# Version of the saved model layout (sidecar keys and pair feature naming). Bump it when a saved model
+# could no longer be read correctly; load() refuses other versions instead of predicting garbage.
+MODEL_SCHEMA_VERSION = 1
+SIDECAR_SUFFIX = ".sidecar.json"
+
+
+def _xgboost():
+    try:
+        import xgboost
+    except ImportError:  # pragma: no cover - depends on the install
+        raise MissingDependencyError(
+            "the predictor needs XGBoost; install it with \"pip install 'sharewise[cpu]'\" "
+            "(or 'sharewise[gpu]')"
+        ) from None
+    return xgboost
+
+
+def sidecar_path(path: str | os.PathLike) -> Path:
+    """Return the sidecar that goes with model file ``path``: ``model.json`` -> ``model.sidecar.json``."""
+    path = Path(path)
+    return path.with_name(path.stem + SIDECAR_SUFFIX)
+
+
+class SlowdownRegressor(RegressorMixin, BaseEstimator):
+    """Predict the slowdown of a job next to a partner from ordered pair features.
+
+    The target is the log of the measured slowdown; one XGBoost model with the quantile objective learns
+    the p10, p50 and p90 of it at once. ``predict`` returns the p50 slowdown, ``predict_quantiles`` all three.
+    Missing features (NaN) are allowed: XGBoost learns a default direction for them.
+
+    Parameters
+    ----------
+    n_estimators : int
+        Boosting rounds (each round adds one tree per quantile).
+    max_depth : int
+        Depth of each tree. Shallow trees generalize better to unseen workloads on a few hundred pairs.
+    learning_rate : float
+        Shrinkage per round.
+    subsample, colsample_bytree : float
+        Row and column sampling per tree, in (0, 1].
+    min_child_weight : float
+        Minimum hessian in a leaf: with the quantile objective roughly a minimum number of rows.
+    reg_lambda : float
+        L2 regularization of leaf values.
+    max_bin : int
+        Histogram bins per feature.
+    quantiles : tuple of float
+        Quantiles to learn, sorted, containing 0.5 (``predict`` returns that one).
+    n_jobs : int or None
+        Threads for XGBoost; None uses all cores.
+    random_state : int
+        Seed of the row and column sampling.
+
+    Attributes
+    ----------
+    booster_ : xgboost.Booster
+        The fitted model.
+    feature_names_in_ : ndarray of str
+        Feature names seen in ``fit`` (``x0, x1, ...`` when fitted on an array).
+    n_features_in_ : int
+    quantiles_ : ndarray of float
+    training_summary_ : dict
+        What the model was trained on, e.g. ``{"rows": 1952, "pairs": 976, "devices": ["k80"], ...}``.
+    """
+
+    def __init__(
+        self,
+        n_estimators: int = 300,
+        max_depth: int = 4,
+        learning_rate: float = 0.05,
+        subsample: float = 0.8,
+        colsample_bytree: float = 0.8,
+        min_child_weight: float = 3.0,
+        reg_lambda: float = 1.0,
+        max_bin: int = 256,
+        quantiles: tuple[float, ...] = (0.1, 0.5, 0.9),
+        n_jobs: int | None = None,
+        random_state: int = 0,
+    ) -> None:
+        self.n_estimators = n_estimators
+        self.max_depth = max_depth
+        self.learning_rate = learning_rate
+        self.subsample = subsample
+        self.colsample_bytree = colsample_bytree
+        self.min_child_weight = min_child_weight
+        self.reg_lambda = reg_lambda
+        self.max_bin = max_bin
+        self.quantiles = quantiles
+        self.n_jobs = n_jobs
+        self.random_state = random_state
+
+    # ---- fitting -------------------------------------------------------------------------------------
+    def fit(self, X, y, summary: dict | None = None) -> SlowdownRegressor:
+        """Fit on pair features ``X`` and measured slowdowns ``y`` (positive); return ``self``.
+
+        ``summary`` is stored as ``training_summary_`` (and in the saved sidecar); ``rows`` is filled in.
+        """
+        xgb = _xgboost()
+        quantiles = self._check_params()
+        names = _feature_names(X)
+        data = _as_matrix(X, "X")
+        target = np.asarray(y, dtype=np.float64).ravel()
+        if target.shape[0] != data.shape[0]:
+            raise SchemaError(f"X has {data.shape[0]} rows but y has {target.shape[0]}; they must match")
+        if data.shape[0] == 0:
+            raise SchemaError("no training rows: the pairs table holds no measured pair with status 'ok'")
+        bad = ~np.isfinite(target) | (target <= 0)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise SchemaError(
+                f"slowdowns must be positive finite numbers, got {target[i]!r} at row {i}; "
+                "drop failed measurements before training"
+            )
+        params = {
+            "objective": "reg:quantileerror",
+            "quantile_alpha": quantiles,
+            "tree_method": "hist",
+            "max_depth": int(self.max_depth),
+            "eta": float(self.learning_rate),
+            "subsample": float(self.subsample),
+            "colsample_bytree": float(self.colsample_bytree),
+            "min_child_weight": float(self.min_child_weight),
+            "lambda": float(self.reg_lambda),
+            "max_bin": int(self.max_bin),
+            "seed": int(self.random_state),
+        }
+        if self.n_jobs is not None:
+            params["nthread"] = int(self.n_jobs)
+        dtrain = xgb.QuantileDMatrix(
+            data,
+            label=np.log(target),
+            feature_names=list(names),
+            max_bin=int(self.max_bin),
+            nthread=int(self.n_jobs) if self.n_jobs is not None else None,
+        )
+        self.booster_ = xgb.train(params, dtrain, num_boost_round=int(self.n_estimators))
+        self.feature_names_in_ = np.asarray(names, dtype=object)
+        self.n_features_in_ = len(names)
+        self.quantiles_ = quantiles
+        self.training_summary_ = {**(summary or {}), "rows": int(data.shape[0])}
+        return self
+
+    def _check_params(self) -> np.ndarray:
+        q = np.asarray(self.quantiles, dtype=np.float64).ravel()
+        if q.size == 0 or np.any((q <= 0) | (q >= 1)) or not np.any(np.isclose(q, 0.5)):
+            raise ConfigError(
+                f"quantiles must lie strictly between 0 and 1 and include 0.5, got {tuple(self.quantiles)}"
+            )
+        for name, low, high in (("subsample", 0, 1), ("colsample_bytree", 0, 1), ("learning_rate", 0, 1)):
+            value = getattr(self, name)
+            if not (low < value <= high):
+                raise ConfigError(f"{name} must be in ({low}, {high}], got {value!r}")
+        for name in ("n_estimators", "max_depth"):
+            if int(getattr(self, name)) < 1:
+                raise ConfigError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
+        return np.sort(q)
+
+    # ---- predicting ----------------------------------------------------------------------------------
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "booster_"):
+            raise NotFittedError(
+                f"this {type(self).__name__} is not fitted yet; call fit(X, y) first, or load a saved model "
+                "with SlowdownRegressor.load(path)"
+            )
+
+    def _validated(self, X) -> np.ndarray:
+        self._check_fitted()
+        if isinstance(X, pd.DataFrame):
+            check_feature_names(list(X.columns), list(self.feature_names_in_))
+            X = X[list(self.feature_names_in_)]
+        data = _as_matrix(X, "X")
+        if data.shape[1] != self.n_features_in_:
+            raise ModelSchemaError(
+                f"X has {data.shape[1]} features but the model was fitted on {self.n_features_in_}; "
+                "build X with the same pair features (pass a DataFrame to have the names checked)"
+            )
+        return data
+
+    def _raw_quantiles(self, data: np.ndarray) -> np.ndarray:
+        out = self.booster_.inplace_predict(data, validate_features=False)
+        out = np.asarray(out, dtype=np.float64).reshape(data.shape[0], -1)
+        # Quantile heads are fitted independently and may cross; sorting restores p10 <= p50 <= p90.
+        return np.sort(out, axis=1)
+
+    def predict(self, X) -> np.ndarray:
+        """Return the median (p50) predicted slowdown of each row."""
+        data = self._validated(X)
+        mid = int(np.argmin(np.abs(self.quantiles_ - 0.5)))
+        return np.exp(self._raw_quantiles(data)[:, mid])
+
+    def predict_quantiles(self, X) -> np.ndarray:
+        """Return predicted slowdowns at ``quantiles_`` as an array of shape (n, n_quantiles), sorted per row.
+
+        Example: ``array([[1.21, 1.38, 1.66]])`` for one row with the default (p10, p50, p90).
+        """
+        data = self._validated(X)
+        return np.exp(self._raw_quantiles(data))
+
+    def explain(self, X_row) -> pd.Series:
+        """Return per-feature contributions to the p50 log slowdown of one row, largest magnitude first.
+
+        Contributions add up (with ``bias``) to the predicted log slowdown, so ``exp(contribution)`` is the
+        factor a feature multiplies the slowdown by. Example::
+
+            self_iter_time_ms       0.21
+            partner_f_busy_frac     0.12
+            bias                    0.45
+            ...
+        """
+        xgb = _xgboost()
+        data = self._validated(X_row)
+        if data.shape[0] != 1:
+            raise ConfigError(f"explain() takes one row, got {data.shape[0]}; select the row to explain")
+        contribs = self.booster_.predict(
+            xgb.DMatrix(data, feature_names=list(self.feature_names_in_)),
+            pred_contribs=True,
+            validate_features=False,
+        )
+        contribs = np.asarray(contribs)
+        if contribs.ndim == 3:  # (rows, outputs, features + 1): keep the median head
+            contribs = contribs[:, int(np.argmin(np.abs(self.quantiles_ - 0.5))), :]
+        series = pd.Series(contribs[0], index=[*self.feature_names_in_, "bias"], dtype=np.float64)
+        return series.reindex(series.abs().sort_values(ascending=False, kind="stable").index)
+
+    # ---- persistence ---------------------------------------------------------------------------------
+    def save(self, path: str | os.PathLike) -> Path:
+        """Save as XGBoost JSON at ``path`` plus a sidecar JSON next to it; return the sidecar path.
+
+        The sidecar holds ``schema_version``, ``feature_names``, ``quantiles``, ``params`` and
+        ``training`` (devices, workloads, rows). Never a pickle: both files are plain JSON.
+        """
+        self._check_fitted()
+        path = Path(path)
+        if path.suffix != ".json":
+            raise ConfigError(f"model path must end in .json (XGBoost JSON format), got {str(path)!r}")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".tmp-{path.name}")
+        self.booster_.save_model(str(tmp))
+        side = sidecar_path(path)
+        side_tmp = side.with_name(f".tmp-{side.name}")
+        params = {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.get_params().items()}
+        payload = {
+            "schema_version": MODEL_SCHEMA_VERSION,
+            "model_file": path.name,
+            "target": "log slowdown",
+            "feature_names": [str(n) for n in self.feature_names_in_],
+            "quantiles": [float(q) for q in self.quantiles_],
+            "params": params,
+            "training": self.training_summary_,
+        }
+        side_tmp.write_text(json.dumps(payload, indent=2, default=_json_default))
+        os.replace(tmp, path)
+        os.replace(side_tmp, side)
+        return side
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> SlowdownRegressor:
+        """Load a model saved by ``save``; raise ``ModelSchemaError`` if the files do not fit together.
+
+        Raises
+        ------
+        ModelSchemaError
+            Missing sidecar, another schema version, or feature names that differ between the two files
+            (the message lists the unseen and missing names).
+        """
+        xgb = _xgboost()
+        path = Path(path)
+        side = sidecar_path(path)
+        if not path.is_file():
+            raise ModelSchemaError(
+                f"model file {str(path)!r} not found; train one with 'sharewise train DIR --out {path}'"
+            )
+        if not side.is_file():
+            raise ModelSchemaError(
+                f"model sidecar {str(side)!r} not found; a sharewise model is two files, {path.name} and "
+                f"{side.name}: copy both, or retrain"
+            )
+        try:
+            meta = json.loads(side.read_text())
+        except json.JSONDecodeError as exc:
+            raise ModelSchemaError(f"{side}: not valid JSON ({exc}); retrain the model") from None
+        version = meta.get("schema_version")
+        if version != MODEL_SCHEMA_VERSION:
+            raise ModelSchemaError(
+                f"{side}: model schema version {version!r}, but this sharewise reads version "
+                f"{MODEL_SCHEMA_VERSION}; retrain the model with this version ('sharewise train ...')"
+            )
+        booster = xgb.Booster()
+        try:
+            booster.load_model(str(path))
+        except xgb.core.XGBoostError as exc:
+            raise ModelSchemaError(
+                f"{path}: not a readable XGBoost model ({str(exc).splitlines()[0]})"
+            ) from None
+        names = [str(n) for n in meta.get("feature_names", [])]
+        check_feature_names(list(booster.feature_names or []), names, what=f"{path.name} and {side.name}")
+        params = {k: v for k, v in meta.get("params", {}).items() if k in cls._get_param_names()}
+        if "quantiles" in params:
+            params["quantiles"] = tuple(params["quantiles"])
+        model = cls(**params)
+        model.booster_ = booster
+        model.feature_names_in_ = np.asarray(names, dtype=object)
+        model.n_features_in_ = len(names)
+        model.quantiles_ = np.asarray(
+            meta.get("quantiles", params.get("quantiles", (0.1, 0.5, 0.9))), dtype=np.float64
+        )
+        model.training_summary_ = meta.get("training", {})
+        return model
+
+
+def check_feature_names(got: Sequence[str], expected: Sequence[str], what: str = "X") -> None:
+    """Raise ``ModelSchemaError`` listing unseen and missing names unless ``got`` matches ``expected``."""
+    got_set, exp_set = set(got), set(expected)
+    if got_set == exp_set and len(got) == len(expected):
+        return
+    unseen = sorted(got_set - exp_set)
+    missing = sorted(exp_set - got_set)
+    parts = []
+    if unseen:
+        parts.append(f"unseen at fit time: {unseen}")
+    if missing:
+        parts.append(f"missing: {missing}")
+    if not parts:
+        parts.append("duplicate names")
+    raise ModelSchemaError(
+        f"feature names of {what} differ from those the model was fitted on ({'; '.join(parts)}); "
+        "build the features from profiles with the same f_* columns, or retrain on this data"
+    )
+
+
+def _feature_names(X) -> list[str]:
+    if isinstance(X, pd.DataFrame):
+        names = [str(c) for c in X.columns]
+        if len(set(names)) != len(names):
+            raise SchemaError("X has duplicate column names; each feature needs its own name")
+        return names
+    shape = np.shape(X)
+    if len(shape) != 2:
+        raise SchemaError(f"X must be 2-dimensional (rows, features), got shape {shape}")
+    return [f"x{i}" for i in range(shape[1])]
+
+
+def _as_matrix(X, what: str) -> np.ndarray:
+    try:
+        data = np.asarray(
+            X.to_numpy(dtype=np.float32, na_value=np.nan) if isinstance(X, pd.DataFrame) else X,
+            dtype=np.float32,
+        )
+    except (TypeError, ValueError):
+        raise SchemaError(f"{what} must hold numbers only (NaN for missing values)") from None
+    if data.ndim != 2:
+        raise SchemaError(f"{what} must be 2-dimensional (rows, features), got shape {data.shape}")
+    if np.isinf(data).any():
+        col = int(np.argmax(np.isinf(data).any(axis=0)))
+        raise SchemaError(f"{what} holds an infinite value in column {col}; use NaN for a missing value")
+    return np.ascontiguousarray(data)
+
+
+def _json_default(obj: Any):
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    return str(obj)

@@ -1,0 +1,1 @@
+"""Profiler: workloads, solo profiles with features, and pair co-location runs."""

@@ -1,0 +1,100 @@
+"""Profiler entry points the CLI calls: profile workloads (with the feature cache) and run campaigns."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import pandas as pd
+
+from sharewise.datasets.store import Dataset
+from sharewise.profiler.config import RunConfig, device_kind
+from sharewise.profiler.solo import add_pm_scores, profile_workload
+
+
+def _feature_key(spec: str, config: RunConfig, info: dict) -> dict:
+    from sharewise.profiler.workloads import workload_name
+
+    return {
+        "workload": workload_name(spec),
+        "spec": spec,
+        "size": config.size,
+        "batch_size": int(info["batch_size"]),
+        "device_name": info["device_name"],
+        "torch_version": info.get("torch_version", ""),
+        "mode": config.mode,
+    }
+
+
+def profile_one(
+    spec: str, config: RunConfig, use_cache: bool = True, extra_env: dict[str, str] | None = None
+) -> dict:
+    """Profile one workload and return its profiles-table row; features come from the cache when present.
+
+    Features depend on (workload, size, batch size, device, torch version, mode), not on the run, so they
+    are computed once and cached (``$SHAREWISE_CACHE_DIR`` or ``~/.cache/sharewise/features``).
+    """
+    from sharewise.profiler.features import FeatureCache
+
+    cache = FeatureCache() if use_cache else None
+
+    def lookup(info: dict):
+        if cache is None:
+            return None
+        return cache.get(_feature_key(spec, config, info))
+
+    result = profile_workload(spec, config, feature_lookup=lookup, extra_env=extra_env)
+    if cache is not None and result.new_features is not None:
+        cache.put(_feature_key(spec, config, result.row), result.new_features)
+    return result.row
+
+
+def visible_devices(config: RunConfig) -> list[str]:
+    """Return the devices ``--all-devices`` profiles: each visible GPU for CUDA, the CPU for CPU."""
+    if device_kind(config.device) == "cpu":
+        return ["cpu"]
+    from sharewise.profiler.device import gpu_names
+
+    return [f"cuda:{i}" for i in range(len(gpu_names()))]
+
+
+def profile_many(
+    specs: Sequence[str],
+    config: RunConfig,
+    out: str | Dataset | None = None,
+    all_devices: bool = False,
+    use_cache: bool = True,
+    on_row: Callable[[dict], None] | None = None,
+) -> pd.DataFrame:
+    """Profile each workload (on each visible device with ``all_devices``), persisting each row as it lands.
+
+    With ``all_devices`` each row also gets ``pm_score``: its throughput relative to the median device's for
+    the same workload (PAL's performance-variability score).
+    """
+    from sharewise.profiler.campaign import resolve_specs
+    from sharewise.profiler.device import device_name
+
+    dataset = out if isinstance(out, Dataset) or out is None else Dataset(out)
+    resolved = resolve_specs(specs)
+    devices = visible_devices(config) if all_devices else [config.device]
+    for dev in devices:
+        device_name(dev)  # fail early, with the list of devices, before any run
+    rows = []
+    for spec, _name in resolved:
+        per_device = []
+        for dev in devices:
+            row = profile_one(spec, config.replace(device=dev), use_cache=use_cache)
+            per_device.append(row)
+            if not all_devices:
+                _persist(dataset, row, on_row)
+        if all_devices:
+            for row in add_pm_scores(per_device):
+                _persist(dataset, row, on_row)
+        rows.extend(per_device)
+    return pd.DataFrame(rows)
+
+
+def _persist(dataset: Dataset | None, row: dict, on_row) -> None:
+    if dataset is not None:
+        dataset.write_profiles(pd.DataFrame([row]))
+    if on_row is not None:
+        on_row(row)

@@ -1,0 +1,103 @@
+"""Typed, frozen configuration of solo profiles and pair campaigns, handed over whole."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from sharewise.errors import ConfigError
+
+SHARING_MODES = ("cpu", "cpu-partition", "timeslice", "mps")
+CPU_MODES = ("cpu", "cpu-partition")
+SIZES = ("tiny", "small", "full")
+
+# Measurement constants (STYLE.md practice 3): warm-up until step time settles, then fixed windows.
+WARMUP_STEPS = 10  # at least this many steps before any window
+WARMUP_MAX_S = 20.0  # give up waiting for step time to settle after this long (and record it)
+SETTLE_TOLERANCE = 0.10  # mean of the last 5 steps within 10% of the 5 before counts as settled
+MIN_WINDOW_STEPS = 10  # a window with fewer steps is extended, never reported
+CV_TARGET = 0.05  # rerun pairs whose repeat CV exceeds this
+DISTURBANCE_LIMIT = 0.10  # share of the machine used by foreign processes that makes a run void
+IDLE_THRESHOLD = 0.10  # share of the machine busy that counts as "not idle" before a run
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Settings of one campaign or profile run.
+
+    ``device`` is ``"cpu"``, ``"cuda"`` or ``"cuda:i"``; ``mode`` one of ``SHARING_MODES`` (CPU devices take
+    the CPU modes, CUDA devices ``timeslice`` or ``mps``). ``window_s`` is the measurement window, extended
+    as needed so each window holds ``min_window_steps`` steps.
+    """
+
+    device: str = "cpu"
+    mode: str = "cpu"
+    size: str = "small"
+    batch_size: int | None = None
+    window_s: float = 2.0
+    max_window_s: float = 30.0
+    min_window_steps: int = MIN_WINDOW_STEPS
+    warmup_steps: int = WARMUP_STEPS
+    warmup_max_s: float = WARMUP_MAX_S
+    repeats: int = 3
+    max_repeats: int = 6
+    cv_target: float = CV_TARGET
+    threads: int | None = None  # per process; default: the cores the process may use
+    timeout_s: float = 300.0  # per repeat (both processes, start to exit)
+    idle_threshold: float = IDLE_THRESHOLD
+    idle_wait_s: float = 30.0
+    disturbance_limit: float = DISTURBANCE_LIMIT
+    disturbance_retries: int = 2
+    trace_steps: int = 5
+    features: bool = True
+
+    def __post_init__(self) -> None:
+        if self.mode not in SHARING_MODES:
+            raise ConfigError(f"mode must be one of {list(SHARING_MODES)}, got {self.mode!r}")
+        kind = device_kind(self.device)
+        if kind == "cpu" and self.mode not in CPU_MODES:
+            raise ConfigError(
+                f"mode {self.mode!r} needs a CUDA device, got device {self.device!r}; "
+                f"on the CPU use one of {list(CPU_MODES)}"
+            )
+        if kind == "cuda" and self.mode in CPU_MODES:
+            raise ConfigError(
+                f"mode {self.mode!r} is for CPU devices, got device {self.device!r}; use 'timeslice' or 'mps'"
+            )
+        if self.size not in SIZES:
+            raise ConfigError(f"size must be one of {list(SIZES)}, got {self.size!r}")
+        positive = {
+            "window_s": self.window_s,
+            "max_window_s": self.max_window_s,
+            "timeout_s": self.timeout_s,
+            "repeats": self.repeats,
+            "min_window_steps": self.min_window_steps,
+        }
+        for name, value in positive.items():
+            if not value > 0:
+                raise ConfigError(f"{name} must be positive, got {value!r}")
+        if self.max_repeats < self.repeats:
+            raise ConfigError(f"max_repeats ({self.max_repeats}) must be >= repeats ({self.repeats})")
+        if self.batch_size is not None and self.batch_size < 1:
+            raise ConfigError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.threads is not None and self.threads < 1:
+            raise ConfigError(f"threads must be >= 1, got {self.threads}")
+
+    def replace(self, **changes) -> RunConfig:
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def device_kind(device: str) -> str:
+    """Return ``"cpu"`` or ``"cuda"`` for a device string, or raise ``ConfigError``."""
+    if device == "cpu":
+        return "cpu"
+    if device == "cuda" or (device.startswith("cuda:") and device[5:].isdigit()):
+        return "cuda"
+    raise ConfigError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {device!r}")
+
+
+def default_mode(device: str) -> str:
+    return "cpu" if device_kind(device) == "cpu" else "timeslice"

@@ -1,0 +1,233 @@
+"""Driver side of worker processes: launch, coordinate the shared windows, collect results, clean up."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+from sharewise.profiler.config import SETTLE_TOLERANCE, RunConfig
+from sharewise.profiler.hostload import ForeignCpuMeter
+from sharewise.profiler.modes import Placement, worker_env
+
+START_DELAY_S = 0.25  # lead time so both workers are waiting before the shared start
+
+
+class WorkerFailed(Exception):
+    """A worker reported an error, died, or missed a deadline; ``status`` is failed, oom or timeout."""
+
+    def __init__(self, status: str, error: str) -> None:
+        super().__init__(error)
+        self.status = status
+        self.error = error
+
+
+@dataclass
+class Window:
+    """One measured window of one worker."""
+
+    steps: int
+    elapsed_s: float
+    throughput: float
+    step_mean_ms: float
+    step_p50_ms: float
+    step_p95_ms: float
+    step_p99_ms: float
+    late_ms: float = 0.0
+    cpu_s: float = 0.0
+
+
+class Worker:
+    """One workload in its own fresh process (its own session, so the whole tree can be killed)."""
+
+    def __init__(
+        self,
+        spec: str,
+        config: RunConfig,
+        placement: Placement,
+        extra_env: dict[str, str] | None = None,
+        deadline: float | None = None,
+    ) -> None:
+        self.spec = spec
+        self.deadline = deadline
+        payload = {
+            "spec": spec,
+            "device": config.device,
+            "size": config.size,
+            "batch_size": config.batch_size,
+            "threads": placement.threads,
+            "cores": list(placement.cores),
+            "warmup_steps": config.warmup_steps,
+            "warmup_max_s": config.warmup_max_s,
+            "tolerance": SETTLE_TOLERANCE,
+        }
+        env = worker_env(placement)
+        if extra_env:
+            env.update(extra_env)
+        self._stderr = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "sharewise.profiler.worker", json.dumps(payload)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            env=env,
+            start_new_session=True,
+            text=True,
+            bufsize=1,
+        )
+        self._buf = ""
+        self.info: dict = {}
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def send(self, **msg) -> None:
+        try:
+            self.proc.stdin.write(json.dumps(msg) + "\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            raise WorkerFailed("failed", f"{self.spec}: worker exited unexpectedly{self._stderr_tail()}") from None
+
+    def recv(self, expect: str, timeout: float) -> dict:
+        """Wait for the next message; raise ``WorkerFailed`` on error, death or timeout."""
+        limit = time.monotonic() + timeout
+        if self.deadline is not None:
+            limit = min(limit, self.deadline)
+        fd = self.proc.stdout.fileno()
+        while "\n" not in self._buf:
+            remaining = limit - time.monotonic()
+            if remaining <= 0:
+                raise WorkerFailed("timeout", f"{self.spec}: no {expect!r} within {timeout:.0f} s")
+            ready, _, _ = select.select([fd], [], [], min(remaining, 1.0))
+            if ready:
+                chunk = os.read(fd, 65536).decode(errors="replace")
+                if not chunk:
+                    self.proc.wait(timeout=5)
+                    code = self.proc.returncode
+                    reason = f"killed by signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+                    status = "oom" if code == -signal.SIGKILL else "failed"
+                    raise WorkerFailed(status, f"{self.spec}: worker died ({reason}){self._stderr_tail()}")
+                self._buf += chunk
+        line, self._buf = self._buf.split("\n", 1)
+        msg = json.loads(line)
+        if msg.get("event") == "error":
+            raise WorkerFailed(msg.get("status", "failed"), f"{self.spec}: {msg.get('error')}")
+        if msg.get("event") != expect:
+            raise WorkerFailed("failed", f"{self.spec}: expected {expect!r}, got {msg}")
+        return msg
+
+    def _stderr_tail(self) -> str:
+        try:
+            self._stderr.seek(0)
+            text = self._stderr.read().decode(errors="replace").strip()
+        except (OSError, ValueError):
+            return ""
+        lines = [ln for ln in text.splitlines() if ln.strip()]
+        return f": {lines[-1][-300:]}" if lines else ""
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Ask the worker to exit, then kill its process group if it does not."""
+        if self.proc.poll() is None:
+            try:
+                self.proc.stdin.write(json.dumps({"cmd": "exit"}) + "\n")
+                self.proc.stdin.flush()
+                self.proc.wait(timeout=timeout)
+            except (BrokenPipeError, OSError, subprocess.TimeoutExpired, ValueError):
+                pass
+        self.kill()
+        self._stderr.close()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+        for stream in (self.proc.stdin, self.proc.stdout):
+            try:
+                stream.close()
+            except (OSError, ValueError):
+                pass
+
+
+@dataclass
+class RepeatResult:
+    """One repeat of a pair run: solo and co-located windows of both workers."""
+
+    solo: list[Window]
+    coloc: list[Window]
+    window_s: float
+    foreign_cpu: float  # max share of the machine used by other processes during any window
+    info: list[dict] = field(default_factory=list)
+
+
+def _window(msg: dict) -> Window:
+    return Window(**{k: msg[k] for k in Window.__dataclass_fields__ if k in msg})
+
+
+def common_window(config: RunConfig, step_ms: list[float], n_partners: int) -> float:
+    """Return the window length that holds ``min_window_steps`` of the slowest worker even when co-located.
+
+    A co-located step can take up to ``n_partners`` times its solo time on shared cores, so the window is
+    sized for that; the worker still extends a window that ends with too few steps.
+    """
+    slowest = max(step_ms) / 1e3
+    needed = config.min_window_steps * slowest * max(1, n_partners) * 1.2
+    return min(config.max_window_s, max(config.window_s, needed))
+
+
+def measure_together(workers: list[Worker], window_s: float, min_steps: int, timeout: float, tail: bool) -> tuple[list[Window], float]:
+    """Start ``workers`` on one shared absolute start time; return their windows and the foreign CPU share."""
+    meter = ForeignCpuMeter([w.pid for w in workers])
+    start_at = time.time() + START_DELAY_S
+    meter.start()
+    for w in workers:
+        w.send(cmd="measure", start_at=start_at, window_s=window_s, min_steps=min_steps, tail=tail)
+    windows = [_window(w.recv("measured", timeout)) for w in workers]
+    foreign = meter.stop()
+    if tail:
+        for w in workers:
+            w.send(cmd="stop")
+    return windows, foreign
+
+
+def run_repeat(
+    specs: tuple[str, str],
+    config: RunConfig,
+    placements: list[Placement],
+    extra_env: dict[str, str] | None = None,
+) -> RepeatResult:
+    """Run one repeat of a pair: both warm up, A alone, B alone, then both over one shared window.
+
+    The idle partner waits on a blocking read during the other's solo window, so it uses no CPU (on a GPU it
+    still holds its memory, as a resident job would). Raises ``WorkerFailed``.
+    """
+    deadline = time.monotonic() + config.timeout_s
+    workers = [Worker(s, config, p, extra_env, deadline) for s, p in zip(specs, placements)]
+    try:
+        for w in workers:
+            w.info = w.recv("ready", config.timeout_s)
+        window = common_window(config, [w.info["step_ms"] for w in workers], len(workers))
+        per_window_timeout = window * 6 + 30
+        solo, foreign = [], 0.0
+        for w in workers:
+            (win,), share = measure_together([w], window, config.min_window_steps, per_window_timeout, tail=False)
+            solo.append(win)
+            foreign = max(foreign, share)
+        coloc, share = measure_together(workers, window, config.min_window_steps, per_window_timeout, tail=True)
+        foreign = max(foreign, share)
+        return RepeatResult(solo, coloc, window, foreign, [w.info for w in workers])
+    finally:
+        for w in workers:
+            w.close()

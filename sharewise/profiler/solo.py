@@ -1,0 +1,133 @@
+"""Solo profiles: a workload alone on one device, its throughput over repeats and its features."""
+
+from __future__ import annotations
+
+import math
+import socket
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from sharewise.datasets.store import utc_now
+from sharewise.errors import SharewiseError
+from sharewise.profiler.config import RunConfig, device_kind
+from sharewise.profiler.hostload import wait_until_idle
+from sharewise.profiler.modes import placements
+from sharewise.profiler.pair import cv
+from sharewise.profiler.session import Worker, WorkerFailed, common_window, measure_together
+
+
+class ProfileFailed(SharewiseError, RuntimeError):
+    """A solo profile whose workload failed, ran out of memory or timed out."""
+
+    def __init__(self, status: str, error: str) -> None:
+        super().__init__(f"profiling failed ({status}): {error}")
+        self.status = status
+
+
+@dataclass
+class SoloResult:
+    """A profiles-table row, and the features computed for it when none were cached (to cache them)."""
+
+    row: dict
+    new_features: dict | None
+
+
+def profile_workload(
+    spec: str,
+    config: RunConfig,
+    feature_lookup=None,
+    extra_env: dict[str, str] | None = None,
+) -> SoloResult:
+    """Profile ``spec`` alone on ``config.device``; return its profiles-table row (in a ``SoloResult``).
+
+    Each of ``config.repeats`` repeats runs in a fresh process: warm-up until step time settles, then one
+    window. Features come from the first repeat's process, unless ``feature_lookup(info)`` returns cached
+    ones (``info`` is the worker's ready message: device name, batch size...). Raises ``ProfileFailed``.
+
+    Example row (abridged): ``{"workload": "resnet18", "batch_size": 32, "throughput": 9.8,
+    "iter_time_ms": 102.0, "cv": 0.012, "f_flops_per_step": 3.4e10, ...}``
+    """
+    (place,) = placements(config, 1)
+    windows, foreign, features, info = [], [], None, {}
+    began = time.monotonic()
+    for repeat in range(config.repeats):
+        wait_until_idle(config.idle_threshold, max_wait_s=config.idle_wait_s)
+        worker = Worker(spec, config, place, extra_env, deadline=time.monotonic() + config.timeout_s)
+        try:
+            info = worker.recv("ready", config.timeout_s)
+            window = common_window(config, [info["step_ms"]], 1)
+            (win,), share = measure_together([worker], window, config.min_window_steps, window * 6 + 30, False)
+            windows.append(win)
+            foreign.append(share)
+            if features is None and feature_lookup is not None:
+                features = feature_lookup(info)
+            if features is None and config.features:
+                worker.send(cmd="features", trace_steps=config.trace_steps)
+                features = worker.recv("features", config.timeout_s)["features"]
+                features["_computed"] = True
+        except WorkerFailed as exc:
+            raise ProfileFailed(exc.status, exc.error) from None
+        finally:
+            worker.close()
+    throughputs = [w.throughput for w in windows]
+    tp = float(np.mean(throughputs))
+    batch = int(info["batch_size"])
+    row = {
+        "workload": _name(spec),
+        "family": info.get("family", ""),
+        "spec": spec,
+        "size": config.size,
+        "batch_size": batch,
+        "device_kind": device_kind(config.device),
+        "device_name": info["device_name"],
+        "device_index": int(config.device.split(":")[1]) if ":" in config.device else 0,
+        "mode": config.mode,
+        "host": info.get("host", socket.gethostname()),
+        "torch_version": info.get("torch_version", ""),
+        "created_at": utc_now(),
+        "iter_time_ms": 1e3 / tp,
+        "throughput": tp,
+        "samples_per_s": tp * batch,
+        "iter_p50_ms": float(np.mean([w.step_p50_ms for w in windows])),
+        "iter_p95_ms": float(np.mean([w.step_p95_ms for w in windows])),
+        "iter_p99_ms": float(np.mean([w.step_p99_ms for w in windows])),
+        "cv": cv(throughputs),
+        "repeats": len(windows),
+        "profile_s": time.monotonic() - began,
+        "pm_score": math.nan,
+        "source": "sharewise",
+    }
+    feats = dict(features or {})
+    feats.pop("_computed", None)
+    row.update({k: float(v) for k, v in feats.items() if k.startswith("f_")})
+    # The measured window beats the few traced steps the features came from (and cached features may come
+    # from an earlier run), so the rate features are restated from this profile's windows.
+    row["f_step_time_ms"] = row["iter_time_ms"]
+    if "f_flops_per_step" in row:
+        row["f_achieved_flop_rate"] = row["f_flops_per_step"] * tp
+    computed = {k: float(v) for k, v in feats.items() if k.startswith("f_")} if features and features.get(
+        "_computed"
+    ) else None
+    return SoloResult(row, computed)
+
+
+def _name(spec: str) -> str:
+    from sharewise.profiler.workloads import workload_name
+
+    return workload_name(spec)
+
+
+def add_pm_scores(rows: list[dict]) -> list[dict]:
+    """Set each row's ``pm_score``: its throughput relative to the median over the devices profiled.
+
+    The PM score of PAL (Jain et al., SC'24): 1.0 is a median device, below 1.0 a slower one.
+
+    >>> [r["pm_score"] for r in add_pm_scores([{"throughput": 9.0}, {"throughput": 10.0}, {"throughput": 11.0}])]
+    [0.9, 1.0, 1.1]
+    """
+    median = float(np.median([r["throughput"] for r in rows]))
+    for r in rows:
+        r["pm_score"] = r["throughput"] / median
+    return rows

@@ -1,0 +1,127 @@
+"""Workload registry: built-in names map lazily to classes; user workloads load from ``file.py:Class``.
+
+Everything (CLI choices, tests, docs) reads ``REGISTRY``; importing this module does not import torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sharewise.errors import UnknownWorkloadError, WorkloadContractError
+
+if TYPE_CHECKING:
+    from sharewise.profiler.workloads.base import Workload
+
+# name -> "module:ClassName" inside this package. Keep sorted by family.
+REGISTRY: dict[str, str] = {
+    "bert": "nlp:Bert",
+    "bert_infer": "nlp:BertInfer",
+    "dcgan": "gan:DCGAN",
+    "cyclegan": "gan:CycleGAN",
+    "gpt2": "nlp:GPT2",
+    "lstm_lm": "nlp:LSTMLM",
+    "mobilenet_v2": "vision:MobileNetV2",
+    "pointnet": "pointcloud:PointNet",
+    "ncf": "recsys:NCF",
+    "resnet18": "vision:ResNet18",
+    "resnet50": "vision:ResNet50",
+    "resnet50_infer": "vision:ResNet50Infer",
+    "a3c": "rl:A3C",
+    "ppo": "rl:PPO",
+    "transformer": "nlp:Transformer",
+    "vgg16": "vision:VGG16",
+}
+
+_REQUIRED_METHODS = ("build", "step", "close")
+
+
+def workload_names() -> list[str]:
+    """Return the sorted names of the built-in workloads."""
+    return sorted(REGISTRY)
+
+
+def load_workload_class(spec: str) -> type[Workload]:
+    """Resolve a workload spec to its class.
+
+    ``spec`` is a built-in name (``"resnet18"``), a file spec (``"path/to/file.py:ClassName"``) or a module
+    spec (``"package.module:ClassName"``). The class must have ``build``, ``step`` and ``close`` methods.
+    """
+    if not isinstance(spec, str) or not spec.strip():
+        raise UnknownWorkloadError(f"workload spec must be a non-empty string, got {spec!r}")
+    spec = spec.strip()
+    if spec in REGISTRY:
+        module_name, _, class_name = REGISTRY[spec].partition(":")
+        module = importlib.import_module(f"sharewise.profiler.workloads.{module_name}")
+        return getattr(module, class_name)
+    if ":" not in spec:
+        raise UnknownWorkloadError(
+            f"unknown workload {spec!r}; known workloads: {', '.join(workload_names())}. "
+            "A workload of your own is 'path/to/file.py:ClassName' or 'package.module:ClassName'."
+        )
+    location, _, class_name = spec.rpartition(":")
+    if location.endswith(".py") or "/" in location or "\\" in location:
+        module = _import_file(Path(location), spec)
+    else:
+        try:
+            module = importlib.import_module(location)
+        except ImportError as exc:
+            raise UnknownWorkloadError(
+                f"workload {spec!r}: cannot import module {location!r} ({exc}); "
+                "check that it is installed or on PYTHONPATH, or give a file path ending in .py"
+            ) from None
+    cls = getattr(module, class_name, None)
+    if cls is None:
+        found = sorted(n for n, v in vars(module).items() if isinstance(v, type) and hasattr(v, "step"))
+        raise UnknownWorkloadError(
+            f"workload {spec!r}: {location} has no class {class_name!r}"
+            + (f"; classes with a step() method there: {', '.join(found)}" if found else "")
+        )
+    check_contract(cls, spec)
+    return cls
+
+
+def check_contract(cls: object, spec: str) -> None:
+    """Raise ``WorkloadContractError`` unless ``cls`` is a class with the workload methods."""
+    if not isinstance(cls, type):
+        raise WorkloadContractError(f"workload {spec!r}: expected a class, got {type(cls).__name__}")
+    missing = [m for m in _REQUIRED_METHODS if not callable(getattr(cls, m, None))]
+    if missing:
+        raise WorkloadContractError(
+            f"workload {spec!r}: class {cls.__name__} lacks method(s) {', '.join(missing)}; "
+            "a workload needs build(device), step() and close() (subclass sharewise.profiler.workloads.base.Workload)"
+        )
+
+
+def workload_name(spec: str) -> str:
+    """Return the name a spec is recorded under in tables: the built-in name, or the class's ``name``."""
+    if spec in REGISTRY:
+        return spec
+    cls = load_workload_class(spec)
+    return getattr(cls, "name", "") or cls.__name__
+
+
+def _import_file(path: Path, spec: str):
+    if not path.is_file():
+        raise UnknownWorkloadError(
+            f"workload {spec!r}: file {str(path)!r} not found (relative paths start at {Path.cwd()})"
+        )
+    module_name = f"sharewise_user_{abs(hash(str(path.resolve())))}"
+    if module_name in sys.modules:
+        return sys.modules[module_name]
+    module_spec = importlib.util.spec_from_file_location(module_name, path)
+    if module_spec is None or module_spec.loader is None:
+        raise UnknownWorkloadError(f"workload {spec!r}: cannot load {str(path)!r} as a Python file")
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[module_name] = module
+    try:
+        module_spec.loader.exec_module(module)
+    except Exception as exc:
+        del sys.modules[module_name]
+        raise WorkloadContractError(
+            f"workload {spec!r}: importing {str(path)!r} failed: {type(exc).__name__}: {exc}"
+        ) from None
+    return module

@@ -1,0 +1,88 @@
+"""Real pair runs on the CPU: slowdowns, the pinned-core fact, failures recorded as rows, no orphans."""
+
+import os
+
+import psutil
+import pytest
+
+from sharewise.profiler.config import RunConfig
+from sharewise.profiler.modes import Placement, placements
+from sharewise.profiler.pair import PairTask, aggregate, cv, measure_pair
+from sharewise.profiler.session import RepeatResult, Window, common_window
+
+FAST = RunConfig(window_s=0.5, repeats=3, max_repeats=4, warmup_steps=10, idle_wait_s=2.0, disturbance_retries=1,
+                 features=False, timeout_s=120)
+
+
+def _task(user_spec, a, b):
+    return PairTask(user_spec(a), user_spec(b), a, b)
+
+
+def _no_orphans():
+    return [p for p in psutil.Process().children(recursive=True) if p.is_running() and p.status() != "zombie"]
+
+
+def test_cpu_pair_measures_real_interference(user_spec):
+    row = measure_pair(_task(user_spec, "TinyMLP", "MatmulLoop"), FAST, "cpu0")
+    assert row["status"] == "ok", row["error"]
+    assert row["trials"] >= 3
+    # Two processes on two shared cores: each is slowed, and neither by more than time-sharing allows.
+    assert 1.05 < row["slowdown_a"] < 3.5 and 1.05 < row["slowdown_b"] < 3.5
+    assert row["steps_a"] >= FAST.min_window_steps and row["steps_b"] >= FAST.min_window_steps
+    assert row["solo_a"] > row["coloc_a"] and 0 <= row["other_cpu_frac"] < 1
+    assert not _no_orphans()
+
+
+def test_two_processes_pinned_to_one_core_halve_each_other(user_spec):
+    """The robust fact: two single-threaded processes on the same core each run at half speed (2.0 +- 0.15)."""
+    core = min(os.sched_getaffinity(0))
+    pinned = [Placement((core,), 1), Placement((core,), 1)]
+    row = measure_pair(_task(user_spec, "MatmulLoop", "MatmulLoop"), FAST, "cpu0", pinned=pinned)
+    assert row["status"] == "ok", row["error"]
+    assert row["slowdown_a"] == pytest.approx(2.0, abs=0.15)
+    assert row["slowdown_b"] == pytest.approx(2.0, abs=0.15)
+
+
+@pytest.mark.parametrize(
+    "bad, status, text, env",
+    [
+        ("RaisesInStep", "failed", "boom", {}),
+        ("Hangs", "timeout", "no 'ready'", {}),
+        ("LeaksMemory", "oom", "", {"SHAREWISE_TEST_MEMLIMIT_MB": "3000"}),
+    ],
+)
+def test_misbehaving_workload_is_recorded_and_partner_stopped(user_spec, monkeypatch, bad, status, text, env):
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    config = FAST.replace(timeout_s=20, warmup_max_s=5)
+    row = measure_pair(_task(user_spec, "TinyMLP", bad), config, "cpu0")
+    assert row["status"] == status, row["error"]
+    assert text in row["error"]
+    assert row["trials"] == 0
+    assert not _no_orphans(), "the partner process must be stopped too"
+
+
+def test_cpu_partition_splits_cores():
+    config = RunConfig(mode="cpu-partition")
+    a, b = placements(config, 2)
+    if len(os.sched_getaffinity(0)) >= 2:
+        assert set(a.cores).isdisjoint(b.cores) and a.threads == len(a.cores)
+    shared = placements(RunConfig(mode="cpu"), 2)
+    assert shared[0].cores == shared[1].cores
+
+
+def test_window_holds_enough_steps():
+    config = RunConfig(window_s=1.0, min_window_steps=10)
+    assert common_window(config, [10.0, 20.0], 1) == 1.0
+    assert common_window(config, [300.0], 2) == pytest.approx(10 * 0.3 * 2 * 1.2)
+
+
+def test_aggregate_means_and_cv():
+    def rep(sa, ca, sb, cb):
+        w = lambda tp: Window(20, 1.0, tp, 1, 1, 1, 1)  # noqa: E731
+        return RepeatResult([w(sa), w(sb)], [w(ca), w(cb)], 1.0, 0.01)
+
+    agg = aggregate(PairTask("a", "b", "a", "b"), [rep(10, 5, 8, 4), rep(10, 4, 8, 4)])
+    assert agg["slowdown_a"] == pytest.approx((2.0 + 2.5) / 2)
+    assert agg["slowdown_b"] == pytest.approx(2.0) and agg["cv_b"] == 0.0
+    assert agg["cv_a"] == pytest.approx(cv([2.0, 2.5]))
