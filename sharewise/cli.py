@@ -24,6 +24,7 @@ COMMAND_MODULES = (
     "sharewise._cli.profiler",
     "sharewise._cli.predictor",
     "sharewise._cli.policy",
+    "sharewise._cli.report",
 )
 
 

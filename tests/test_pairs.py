@@ -86,3 +86,24 @@ def test_aggregate_means_and_cv():
     assert agg["slowdown_a"] == pytest.approx((2.0 + 2.5) / 2)
     assert agg["slowdown_b"] == pytest.approx(2.0) and agg["cv_b"] == 0.0
     assert agg["cv_a"] == pytest.approx(cv([2.0, 2.5]))
+
+
+@pytest.mark.gpu
+def test_cuda_timeslice_pair_synchronizes_and_measures(user_spec):
+    config = FAST.replace(device="cuda:0", mode="timeslice")
+    row = measure_pair(_task(user_spec, "MatmulLoop", "MatmulLoop"), config, "gpu")
+    assert row["status"] == "ok", row["error"]
+    assert row["device_kind"] == "cuda" and row["device_name"] != "gpu"  # read from the device
+    assert row["slowdown_a"] > 1.2 and row["slowdown_b"] > 1.2  # two compute-bound jobs contend
+
+
+@pytest.mark.gpu
+def test_cuda_profile_has_memory_and_nvml_features(user_spec):
+    from sharewise.profiler.api import profile_one
+
+    row = profile_one(
+        user_spec("MatmulLoop"), FAST.replace(device="cuda:0", mode="timeslice", features=True, repeats=2)
+    )
+    assert row["f_mem_peak_allocated_bytes"] > 0
+    assert row["f_kernels_per_step"] >= 4
+    assert "f_nvml_sm_util_mean" in row

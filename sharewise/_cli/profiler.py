@@ -71,6 +71,9 @@ BATCH = typer.Option(None, "--batch-size", "-b", help="Batch size for every work
 WINDOW = typer.Option(2.0, "--window", help="Measurement window in seconds (extended to hold 10 steps).")
 THREADS = typer.Option(None, "--threads", help="Threads per process (default: the cores it may use).")
 TIMEOUT = typer.Option(300.0, "--timeout", help="Seconds one run may take before it is recorded as a timeout.")
+IDLE_WAIT = typer.Option(
+    30.0, "--idle-wait", help="Seconds to wait for an idle machine before each run; then it runs anyway."
+)
 
 
 def profile(
@@ -84,6 +87,7 @@ def profile(
     repeats: int = typer.Option(3, "--repeats", help="Repeats, each in a fresh process."),
     threads: int = THREADS,
     timeout: float = TIMEOUT,
+    idle_wait: float = IDLE_WAIT,
     all_devices: bool = typer.Option(False, "--all-devices", help="Profile on every visible GPU; record PM scores."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Recompute features even when cached."),
 ):
@@ -93,7 +97,7 @@ def profile(
     """
     from sharewise.profiler.api import profile_many
 
-    config = _config(device, mode, size, batch_size, window, repeats, threads, timeout)
+    config = _config(device, mode, size, batch_size, window, repeats, threads, timeout, idle_wait_s=idle_wait)
     table = Table(title=f"solo profiles -> {out}")
     for col in ("workload", "device", "batch", "steps/s", "samples/s", "p50 ms", "p95 ms", "CV", "PM", "features", "time s"):
         table.add_column(col, justify="right" if col not in ("workload", "device") else "left")
@@ -124,6 +128,7 @@ def pairs(
     max_repeats: int = typer.Option(6, "--max-repeats", help="Upper bound of repeats when CV stays high."),
     threads: int = THREADS,
     timeout: float = TIMEOUT,
+    idle_wait: float = IDLE_WAIT,
     retry_failed: bool = typer.Option(False, "--retry-failed", help="Rerun pairs recorded as failed or timeout."),
     executor: str = typer.Option("local", "--executor", help="local | ray."),
     address: str = typer.Option(None, "--address", help="Ray cluster address (with --executor ray); default: start a local Ray."),
@@ -141,17 +146,22 @@ def pairs(
     from sharewise.profiler.campaign import run_campaign
     from sharewise.profiler.executors import executor_factory
 
-    config = _config(device, mode, size, batch_size, window, repeats, threads, timeout, max_repeats=max_repeats)
+    config = _config(
+        device, mode, size, batch_size, window, repeats, threads, timeout, max_repeats=max_repeats,
+        idle_wait_s=idle_wait,
+    )
     factory = executor_factory(executor, address=address, cpus_per_task=ray_cpus, max_retries=max_retries)
     last: list[str] = []
     progress = Progress(
         TextColumn("[bold]pairs"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("ETA"),
         TimeRemainingColumn(), TextColumn("{task.fields[last]}"), console=err_console, transient=False,
     )
-    with progress:
-        task_id = progress.add_task("pairs", total=None, last="")
+    task_id = progress.add_task("pairs", total=None, last="")
+    try:
 
         def on_event(ev):
+            if not progress.live.is_started:  # started on the first event, so input errors print alone
+                progress.start()
             if ev.kind == "profile":
                 progress.console.print(f"profiled {ev.row['workload']}: {ev.row['throughput']:.2f} steps/s")
                 return
@@ -168,6 +178,9 @@ def pairs(
 
         summary = run_campaign(_split(workloads), config, out, executor_factory=factory, on_event=on_event,
                                retry_failed=retry_failed)
+    finally:
+        if progress.live.is_started:
+            progress.stop()
     console.print(
         f"campaign done in {summary.seconds:.0f} s: {summary.measured} measured, {summary.skipped} already done, "
         f"{summary.profiled} profiled; status {summary.by_status or '{}'}"

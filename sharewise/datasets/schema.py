@@ -124,8 +124,8 @@ def validate_pairs(df: pd.DataFrame, source: str) -> pd.DataFrame:
     ok = (df["status"] == "ok").to_numpy()
     for col in _PAIR_MEASURED:
         values = df[col].to_numpy(dtype=float)
-        if col.startswith("cv"):
-            bad = ok & (~np.isfinite(values) | (values < 0))
+        if col.startswith("cv"):  # NaN: imported data without a spread over repeats
+            bad = ok & (np.isinf(values) | (values < 0))
         else:
             bad = ok & (~np.isfinite(values) | (values <= 0))
         if bad.any():

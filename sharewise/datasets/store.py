@@ -153,8 +153,8 @@ class Dataset:
             except BlockingIOError:
                 holder = lock_path.read_text().strip() or "another process"
                 raise DatasetLockedError(
-                    f"dataset {str(self.path)!r} is being written by {holder}; wait for that {what} to "
-                    "finish or write to another --out folder"
+                    f"dataset {str(self.path)!r} is locked ({_LOCK_NAME}) by {holder}; wait for that {what} "
+                    "to finish or write to another --out folder"
                 ) from None
             os.ftruncate(fd, 0)
             os.write(fd, f"{what} pid {os.getpid()} on {socket.gethostname()} since {utc_now()}".encode())
@@ -185,7 +185,9 @@ def open_dataset(path: str | os.PathLike, profiles: bool = True, pairs: bool = F
     return ds
 
 
-def read_datasets(paths: Sequence[str | os.PathLike], pairs: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
+def read_datasets(
+    paths: Sequence[str | os.PathLike], pairs: bool = True
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Read and concatenate several datasets; return ``(profiles, pairs)``."""
     if not paths:
         raise DatasetError("no dataset folder given; name at least one folder or 'reference'")

@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
-from sharewise.policy.base import ClusterState, Queue
+from sharewise.policy.base import (
+    ClusterState,
+    Placement,
+    Queue,
+    pick_free_gpus,
+    rest_in_order,
+    smallest_first,
+)
 from sharewise.policy.table import SlowdownTable
 
 
@@ -68,3 +77,102 @@ def candidates(queue: Queue, state: SharingState) -> np.ndarray:
     if len(queue) == 0 or not state.has_room():
         return np.empty(0, dtype=np.int64)
     return np.flatnonzero(queue.gpus <= state.shareable_counts(queue.workload))
+
+
+# Scorer: (job workloads, job remaining, candidate GPUs, state) -> (usable mask, preference key), both
+# shaped (jobs, GPUs); a lower key is preferred.
+Scorer = Callable[[np.ndarray, np.ndarray, np.ndarray, SharingState], tuple[np.ndarray, np.ndarray]]
+_CHUNK = 512
+
+
+def place_in_order(
+    queue: Queue,
+    cluster: ClusterState,
+    table: SlowdownTable,
+    keys: np.ndarray,
+    scorer: Scorer,
+) -> list[Placement]:
+    """Greedy placement in ascending ``keys``: free GPUs first, then the preferred usable shared GPUs.
+
+    A job of ``k`` GPUs takes ``k`` free GPUs if there are enough (on as few nodes as possible); otherwise all
+    free GPUs plus the ``k - free`` GPUs holding one job that ``scorer`` marks usable, lowest key first; if
+    there are not enough, it is skipped. ``scorer`` is evaluated for a chunk of jobs against all shareable
+    GPUs at once, and again only when a job placed on a free GPU makes that GPU shareable.
+    """
+    state = SharingState(cluster, table)
+    cand = candidates(queue, state)
+    if cand.shape[0] == 0:
+        return []
+    placements: list[Placement] = []
+    keys_c = keys[cand]
+    prefix = smallest_first(keys_c, _CHUNK)
+    pending = [cand[prefix]]
+    rest_done = False
+    while state.has_room():
+        if not pending:
+            if rest_done:
+                break
+            rest = rest_in_order(keys_c, prefix)
+            rest_done = True
+            pending = [rest[j : j + _CHUNK] for j in range(0, rest.shape[0], _CHUNK)]
+            pending = [cand[p] for p in pending]
+            continue
+        chunk_arr = pending.pop(0)
+        if chunk_arr.shape[0] == 0:
+            continue
+        chunk = chunk_arr.tolist()
+        k_arr = queue.gpus[chunk_arr]
+        usable = None
+        r = 0
+        while r < len(chunk) and state.has_room():
+            if state.n_free == 0:
+                # Only shared GPUs are left: jump to the next job with enough usable GPUs.
+                if usable is None:
+                    usable, key, cols, taken, base, viable = _score(scorer, queue, chunk_arr, r, state)
+                nxt = np.searchsorted(viable, r - base)
+                if nxt >= viable.shape[0]:
+                    break
+                r = int(viable[nxt]) + base
+            i = chunk[r]
+            k = int(k_arr[r])
+            if k <= state.n_free:
+                chosen = pick_free_gpus(state.free_mask(), cluster.node, k)
+                usable = None  # the GPUs just filled can now be shared: rescore
+            else:
+                need = k - state.n_free
+                if state.n_single < need:
+                    r += 1
+                    continue
+                if usable is None:
+                    usable, key, cols, taken, base, viable = _score(scorer, queue, chunk_arr, r, state)
+                row_ok = usable[r - base] & ~taken
+                options = np.flatnonzero(row_ok)
+                if options.shape[0] < need:
+                    if state.n_free == 0:
+                        # GPUs taken since scoring: drop the jobs that lost their options, all at once.
+                        left = (usable[r - base + 1 :] & ~taken).sum(axis=1)
+                        viable = np.flatnonzero(left >= k_arr[r + 1 :]) + (r + 1 - base)
+                    r += 1
+                    continue
+                best = options[np.argsort(key[r - base][options], kind="stable")[:need]]
+                taken[best] = True
+                shared = cols[best]
+                if state.n_free:
+                    free = pick_free_gpus(state.free_mask(), cluster.node, state.n_free)
+                    chosen = np.concatenate([free, shared])
+                    usable = None
+                else:
+                    chosen = shared
+            state.place(int(queue.job[i]), int(queue.workload[i]), float(queue.remaining[i]), chosen)
+            placements.append(Placement(int(queue.job[i]), tuple(sorted(int(g) for g in chosen))))
+            r += 1
+    return placements
+
+
+def _score(scorer: Scorer, queue: Queue, chunk: np.ndarray, r: int, state: SharingState):
+    """Score chunk rows ``r:`` against the GPUs holding one job; ``viable`` lists rows with enough usable."""
+    cols = state.single_gpus()
+    rows = chunk[r:]
+    usable, key = scorer(queue.workload[rows], queue.remaining[rows], cols, state)
+    viable = np.flatnonzero(usable.sum(axis=1) >= queue.gpus[rows])
+    return usable, key, cols, np.zeros(cols.shape[0], dtype=bool), r, viable

@@ -60,9 +60,12 @@ class ClusterState:
 
     ``resident[g]`` holds up to two job indices on GPU ``g`` (``-1`` marks an empty slot; slot 0 fills first).
     ``node[g]`` and ``speed[g]`` describe the GPU (speed 1.0 = nominal; PAL's performance-variability score).
-    ``job_remaining``, ``job_workload`` and ``job_ngpus`` (GPUs the job holds) are indexed by job and are
-    meaningful for running jobs (queued jobs are described by the ``Queue``). A job spanning more than one node runs ``cross_node_slowdown`` times
-    slower: locality-aware policies may weigh it.
+    ``job_remaining``, ``job_workload``, ``job_ngpus`` (GPUs the job holds), ``job_start`` (when it started)
+    and ``job_work`` (its whole exclusive run time) are indexed by job and are meaningful for running jobs
+    (queued jobs are described by the ``Queue``); with ``now`` they give a job's slowdown so far. A job
+    spanning more than one node runs ``cross_node_slowdown`` times slower: locality-aware policies may weigh
+    it. ``slo`` is the operator's bound on a job's realized slowdown (run time over exclusive run time);
+    SLO-aware policies respect it.
     """
 
     resident: np.ndarray
@@ -71,7 +74,10 @@ class ClusterState:
     job_remaining: np.ndarray
     job_workload: np.ndarray
     job_ngpus: np.ndarray
+    job_start: np.ndarray
+    job_work: np.ndarray
     cross_node_slowdown: float = 1.0
+    slo: float = 2.0
 
     @property
     def n_gpus(self) -> int:

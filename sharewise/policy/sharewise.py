@@ -1,15 +1,17 @@
 """``sharewise``: our policy. Shortest job first on free GPUs, then SLO-bounded, benefit-maximizing sharing.
 
-Queued jobs that find no free GPU may join a GPU holding one job if the predicted p90 slowdown of both stays
-within the SLO and sharing now is expected to finish the pair sooner than waiting: the benefit of placing job
-``a`` next to resident ``b`` is ``(W_a + e_a - C_a) - (C_b - e_b)``, where ``W_a`` is ``a``'s expected wait for
-a GPU of its own (from the predicted release times of the busy GPUs and ``a``'s place in the SJF queue),
-``e`` are remaining exclusive times and ``C`` the completion times when shared (p50 slowdowns). Single-GPU jobs
-are matched to GPUs by a maximum-weight assignment over the head of the queue and all shareable GPUs; a
-multi-GPU job takes its best GPUs greedily.
+Jobs that find no free GPU either join a GPU that holds one job or wait. Joining is allowed only if, at the
+predicted p90 slowdowns, each job's realized slowdown (its run time over its exclusive run time, counting what
+the resident has already run) stays within the SLO. Among allowed choices, one assignment over the head of the
+SJF queue and every shareable GPU minimizes the expected summed delay: a job that shares costs both jobs'
+stretch (the extra run time at p50 slowdowns); a job that waits costs the time until a GPU is released for it
+(the waiting jobs take the predicted GPU release times in order, whoever they are, so the assignment decides
+how many jobs share and which by what sharing costs). A multi-GPU job takes its cheapest GPUs greedily.
 """
 
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
@@ -18,13 +20,17 @@ from sharewise.policy._sharing import SharingState, candidates
 from sharewise.policy.base import ClusterState, Placement, Queue, in_order, pick_free_gpus
 from sharewise.policy.table import SlowdownTable
 
+# Cost that marks a forbidden (job, GPU) cell in the assignment; finite, as linear_sum_assignment requires.
+_FORBIDDEN = 1e18
+
 
 def shared_completion(
     e_a: np.ndarray, e_b: np.ndarray, s_a: np.ndarray, s_b: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """Return ``(C_a, C_b)``: when each of two jobs ends if they share from now until the first one ends.
 
-    The job that ends first does so at ``s * e``; the other then runs alone for the work it has left.
+    ``e`` are remaining exclusive times, ``s`` slowdowns next to each other. The job that ends first does so
+    at ``s * e``; the other then runs alone for the work it has left.
 
     Example: ``e_a=2, e_b=4, s_a=s_b=1.5`` gives ``C_a = 3.0`` and ``C_b = 3 + 4 - 3/1.5 = 5.0``.
     """
@@ -36,8 +42,63 @@ def shared_completion(
     return c_a, c_b
 
 
+@functools.lru_cache(maxsize=8)
+def _coefficients(table: SlowdownTable) -> tuple[np.ndarray, ...]:
+    """Per workload pair, flattened (``i * n + j``), the constants of the closed forms in ``sharing_costs``."""
+    ok = table.allowed
+    s50 = np.where(ok, table.p50, 1.0)
+    s90 = np.where(ok, table.p90, 1.0)
+    # If a ends first, the pair's stretch is e_a * (2 s_ab - 1 - s_ab / s_ba) (see shared_completion).
+    stretch = 2 * s50 - 1 - s50 / s50.T
+    # If a ends first, b ends at e_b + e_a * s_ab (1 - 1 / s_ba) (p90 slowdowns).
+    extra90 = s90 * (1 - 1 / s90.T)
+    return tuple(np.ascontiguousarray(x).ravel() for x in (ok, s50, s90, stretch, extra90))
+
+
+def sharing_costs(
+    wl_a: np.ndarray,
+    e_a: np.ndarray,
+    wl_b: np.ndarray,
+    e_b: np.ndarray,
+    elapsed_b: np.ndarray,
+    work_b: np.ndarray,
+    table: SlowdownTable,
+    max_slowdown: float,
+) -> np.ndarray:
+    """Return the (jobs x GPUs) cost of each waiting job ``a`` joining each lone resident ``b``.
+
+    The cost is the pair's stretch (extra run time of both jobs at p50 slowdowns, ``shared_completion``);
+    ``_FORBIDDEN`` where the pair may not share or where, at p90, ``a``'s slowdown or ``b``'s realized
+    slowdown (``elapsed_b`` run so far, ``work_b`` its whole exclusive time) would exceed ``max_slowdown``.
+    Closed forms over per-pair constants keep this a few vector operations per call.
+    """
+    ok, s50, s90, stretch, extra90 = _coefficients(table)
+    n = len(table)
+    cost = np.full((wl_a.shape[0], wl_b.shape[0]), _FORBIDDEN)
+    # A resident already at its budget cannot slow down any further.
+    budget_b = max_slowdown * work_b - elapsed_b
+    cols = np.flatnonzero(e_b <= budget_b)
+    if cols.shape[0] == 0 or wl_a.shape[0] == 0:
+        return cost
+    ab = wl_a[:, None] * n + wl_b[cols][None, :]
+    ba = wl_b[cols][None, :] * n + wl_a[:, None]
+    ea, eb, budget = e_a[:, None], e_b[cols][None, :], budget_b[cols][None, :]
+    s90_ab, s90_ba = s90.take(ab), s90.take(ba)
+    a_first = s90_ab * ea <= s90_ba * eb
+    slo = np.where(
+        a_first,
+        (s90_ab <= max_slowdown) & (eb + ea * extra90.take(ab) <= budget),
+        (s90_ba * eb <= budget) & (ea + eb * extra90.take(ba) <= max_slowdown * ea),
+    )
+    slo &= ok.take(ab)
+    a_first = s50.take(ab) * ea <= s50.take(ba) * eb
+    value = np.where(a_first, ea * stretch.take(ab), eb * stretch.take(ba))
+    cost[:, cols] = np.where(slo, value, _FORBIDDEN)
+    return cost
+
+
 def release_times(cluster: ClusterState, table: SlowdownTable) -> np.ndarray:
-    """Predict when each GPU becomes free (seconds from now), sorted ascending; free GPUs count as 0."""
+    """Predict when each GPU becomes free (seconds from now, p50 slowdowns), sorted; free GPUs count as 0."""
     res = cluster.resident
     speed = cluster.speed
     out = np.zeros(cluster.n_gpus)
@@ -60,36 +121,31 @@ def sharewise(
     table: SlowdownTable,
     now: float,
     *,
-    max_slowdown: float = 2.0,
-    min_benefit: float = 0.0,
+    max_slowdown: float | None = None,
     head: int = 64,
-    wait_weight: float = 1.0,
-    min_gain: float = 0.0,
-    mode: str = "benefit",
-    release_weight: float = 0.0,
 ) -> list[Placement]:
-    """Place jobs shortest first on free GPUs, then pair the rest with resident jobs where it pays off.
+    """Place jobs shortest first on free GPUs, then let waiting jobs join resident jobs where it pays off.
 
     Parameters
     ----------
     max_slowdown
-        SLO: a pair is allowed only if both jobs' predicted p90 slowdown is at most this.
-    min_benefit
-        Share only if the expected gain in summed completion time (seconds) exceeds this.
+        SLO on each job's realized slowdown, checked at the predicted p90 (default: ``cluster.slo``).
     head
-        How many jobs at the head of the SJF queue compete for shared GPUs in one call.
+        How many waiting jobs at the head of the SJF queue compete for shared GPUs in one call.
 
     Returns
     -------
     list of Placement, e.g. ``[Placement(job=4, gpus=(17,)), Placement(job=9, gpus=(3, 4))]``.
     """
+    if max_slowdown is None:
+        max_slowdown = cluster.slo
     state = SharingState(cluster, table)
     cand = candidates(queue, state)
     if cand.shape[0] == 0:
         return []
     placements: list[Placement] = []
     waiting: list[int] = []
-    # 1. Free GPUs, shortest job first (as exclusive-sjf), fastest GPUs first.
+    # 1. Free GPUs, shortest job first, on as few nodes as possible.
     for i in in_order(queue.remaining[cand], state.n_free + head, cand):
         k = int(queue.gpus[i])
         if k <= state.n_free:
@@ -102,35 +158,33 @@ def sharewise(
                 break
     if not waiting or state.n_single == 0:
         return placements
-    # 2. Sharing: expected waits from predicted GPU release times.
-    release = release_times(cluster, table)
+    # 2. Costs of sharing (stretch of both jobs) and of waiting (time to the r-th GPU release).
     single = state.single_gpus()
-    wl_b = state.partner_wl[single]
-    e_b = state.remaining[single] / cluster.speed[single]
+    resident = state.partner[single]
     waits = np.array(waiting, dtype=np.int64)
-    wl_a = queue.workload[waits]
-    e_a = queue.remaining[waits]
     k_a = queue.gpus[waits]
-    # The r-th waiting job (SJF order) gets, in expectation, the (r + k)-th GPU to be released.
+    share_cost = sharing_costs(
+        queue.workload[waits],
+        queue.remaining[waits],
+        state.partner_wl[single],
+        state.remaining[single] / cluster.speed[single],
+        now - cluster.job_start[resident],
+        cluster.job_work[resident],
+        table,
+        max_slowdown,
+    )
+    release = release_times(cluster, table)
+    # Waiting jobs take releases in SJF order; a k-GPU job needs the k-th release after those ahead of it.
     rank = np.cumsum(k_a) - 1
-    wait = release[np.minimum(rank, release.shape[0] - 1)]
-    A, B = wl_a[:, None], wl_b[None, :]
-    ok = table.allowed[A, B]
-    p90_ok = (table.p90[A, B] <= max_slowdown) & (table.p90[B, A] <= max_slowdown)
-    s_a = np.where(ok, table.p50[A, B], 1.0)
-    s_b = np.where(ok, table.p50[B, A], 1.0)
-    c_a, c_b = shared_completion(e_a[:, None], e_b[None, :], s_a, s_b)
-    benefit = (wait_weight * wait[:, None] + e_a[:, None] - c_a) - (c_b - e_b[None, :])
-    gain_ok = 1 / s_a + 1 / s_b >= 1 + min_gain
-    benefit = np.where(ok & p90_ok & gain_ok, benefit, -np.inf)
-    singles = k_a == 1
+    wait_cost = release[np.minimum(rank, release.shape[0] - 1)]
     taken = np.zeros(single.shape[0], dtype=bool)
-    # 3. Multi-GPU jobs first among the waiting (they are rarer and need several GPUs at once): greedy.
-    for r in np.flatnonzero(~singles):
+    # 3. Multi-GPU jobs (rare): their cheapest GPUs, if that costs less than waiting.
+    usable_count = (share_cost < _FORBIDDEN).sum(axis=1)
+    for r in np.flatnonzero((k_a > 1) & (usable_count >= k_a - state.n_free)):
         need = int(k_a[r]) - state.n_free
-        row = np.where(taken, -np.inf, benefit[r])
-        best = np.argsort(-row, kind="stable")[:need]
-        if best.shape[0] < need or not np.all(row[best] > min_benefit):
+        row = np.where(taken, _FORBIDDEN, share_cost[r])
+        best = np.argsort(row, kind="stable")[:need]
+        if best.shape[0] < need or row[best].max() >= _FORBIDDEN or row[best].sum() >= wait_cost[r]:
             continue
         free = pick_free_gpus(state.free_mask(), cluster.node, state.n_free) if state.n_free else None
         gpus = single[best] if free is None else np.concatenate([free, single[best]])
@@ -138,43 +192,28 @@ def sharewise(
         i = int(waits[r])
         state.place(int(queue.job[i]), int(queue.workload[i]), float(queue.remaining[i]), gpus)
         placements.append(Placement(int(queue.job[i]), tuple(sorted(int(g) for g in gpus))))
-    rows = np.flatnonzero(singles)
+    # 4. Single-GPU jobs: one assignment of jobs to shared GPUs or to the waiting line.
+    rows = np.flatnonzero(k_a == 1)
     cols = np.flatnonzero(~taken)
     if rows.shape[0] == 0 or cols.shape[0] == 0:
         return placements
-    if mode == "slots":
-        # Each single-GPU job either joins a resident (cost: both jobs' stretch) or waits for a released GPU
-        # (cost: the wait of the r-th release). Waiting jobs take the soonest releases whoever they are, so
-        # the assignment decides how many share, and which, by the stretch it costs.
-        stretch = (c_a - e_a[:, None]) + (c_b - e_b[None, :])
-        stretch = stretch + release_weight * (np.maximum(c_a, c_b) - e_b[None, :])
-        allowed = ok & p90_ok & gain_ok
-        cost_share = np.where(allowed, stretch, np.inf)[np.ix_(rows, cols)]
-        n = rows.shape[0]
-        slot_rank = np.minimum(np.arange(n), release.shape[0] - 1)
-        cost_wait = np.broadcast_to(wait_weight * release[slot_rank], (n, n))
-        big = 1e18
-        cost = np.concatenate([np.where(np.isfinite(cost_share), cost_share, big), cost_wait], axis=1)
-        r_idx, c_idx = linear_sum_assignment(cost)
-        for r, c in zip(r_idx.tolist(), c_idx.tolist()):
-            if c >= cols.shape[0] or cost[r, c] >= big:
-                continue
+    cost = share_cost[np.ix_(rows, cols)]
+    usable_rows = (cost < _FORBIDDEN).any(axis=1)
+    usable_cols = (cost < _FORBIDDEN).any(axis=0)
+    if not usable_rows.any():
+        return placements
+    n_wait = rows.shape[0]
+    ranks = np.minimum(np.arange(n_wait), release.shape[0] - 1)
+    # Only jobs and GPUs with an allowed pair enter the assignment; the others wait anyway. Whoever waits
+    # takes the soonest releases, so j jobs sharing saves the j latest of the n_wait releases: the m usable
+    # jobs are offered the m latest slots.
+    rows, cols = rows[usable_rows], cols[usable_cols]
+    m = rows.shape[0]
+    cost = share_cost[np.ix_(rows, cols)]
+    line = np.broadcast_to(release[ranks[n_wait - m :]], (m, m))
+    r_idx, c_idx = linear_sum_assignment(np.concatenate([cost, line], axis=1))
+    for r, c in zip(r_idx.tolist(), c_idx.tolist()):
+        if c < cols.shape[0] and cost[r, c] < _FORBIDDEN:
             i = int(waits[rows[r]])
             placements.append(Placement(int(queue.job[i]), (int(single[cols[c]]),)))
-        return placements
-    weights = benefit[np.ix_(rows, cols)]
-    useful = weights > min_benefit
-    if not useful.any():
-        return placements
-    rows, cols = rows[useful.any(axis=1)], cols[useful.any(axis=0)]
-    weights = benefit[np.ix_(rows, cols)]
-    # Maximum-weight assignment; pairs below the threshold get weight 0 and are dropped after.
-    score = np.where(weights > min_benefit, weights, 0.0)
-    r_idx, c_idx = linear_sum_assignment(score, maximize=True)
-    for r, c in zip(r_idx.tolist(), c_idx.tolist()):
-        if weights[r, c] <= min_benefit:
-            continue
-        i = int(waits[rows[r]])
-        g = single[cols[c]]
-        placements.append(Placement(int(queue.job[i]), (int(g),)))
     return placements

@@ -128,6 +128,7 @@ def simulate(
     slo: float = 2.0,
     name: str = "policy",
     validate: bool = True,
+    observe: bool = False,
 ) -> SimulationResult:
     """Replay ``trace`` on ``cluster`` under ``policy``; return per-job times and the metrics.
 
@@ -150,6 +151,9 @@ def simulate(
         Policy name for messages.
     validate
         Check every placement (job queued, GPU counts, at most two jobs per GPU, pair allowed).
+    observe
+        Once two workloads have run side by side, the policy's table holds their measured slowdowns, as a
+        scheduler that measures the throughput of its running jobs would know them.
     """
     cluster = cluster or Cluster()
     check_trace(trace, truth.workloads, cluster.n_gpus)
@@ -192,10 +196,14 @@ def simulate(
         job_remaining=readonly(remaining),
         job_workload=readonly(wl),
         job_ngpus=readonly(ngpus),
+        job_start=readonly(start),
+        job_work=readonly(duration),
         cross_node_slowdown=cross,
+        slo=float(slo),
     )
     ro = {k: readonly(v) for k, v in (("arrival", arrival), ("gpus", ngpus), ("remaining", remaining), ("wl", wl))}
 
+    learned: list[tuple[int, int]] = []
     heap: list[tuple[float, int, int]] = []
     queue = np.empty(0, dtype=np.int64)
     next_arrival = 0
@@ -303,6 +311,8 @@ def simulate(
                             busy += 1
                         else:
                             affected.add(int(resident[g, 0]))
+                            if observe:
+                                learned.append((wl_list[j], wl_list[int(resident[g, 0])]))
                         resident[g, slot] = j
                         occupancy[g] = slot + 1
                         free_slots -= 1
@@ -316,6 +326,9 @@ def simulate(
         for j in sorted(affected):
             if status[j] == _RUNNING:
                 set_rate(j, now)
+        if learned:
+            view = _learn(view, truth, learned)
+            learned.clear()
         if not placed_any and queue.shape[0] and next_arrival >= n:
             while heap and heap[0][2] != version[heap[0][1]]:
                 heapq.heappop(heap)
@@ -340,3 +353,17 @@ def simulate(
     )
     result.metrics = result.compute_metrics()
     return result
+
+
+def _learn(view: SlowdownTable, truth: SlowdownTable, pairs: list[tuple[int, int]]) -> SlowdownTable:
+    """Return ``view`` with the measured slowdowns of ``pairs`` (workload ids, both directions)."""
+    a = np.array([p[0] for p in pairs] + [p[1] for p in pairs])
+    b = np.array([p[1] for p in pairs] + [p[0] for p in pairs])
+    if np.all(view.p50[a, b] == truth.p50[a, b]) and np.all(view.p90[a, b] == truth.p50[a, b]):
+        return view
+    arrays = [q.copy() for q in (view.p10, view.p50, view.p90)]
+    for q in arrays:
+        q[a, b] = truth.p50[a, b]
+    return SlowdownTable(
+        view.workloads, *arrays, view.allowed, device_name=view.device_name, source=view.source + "+observed"
+    )

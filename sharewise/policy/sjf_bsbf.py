@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from sharewise.policy._sharing import SharingState, candidates
-from sharewise.policy.base import ClusterState, Placement, Queue, in_order, pick_free_gpus
+from sharewise.policy._sharing import SharingState, place_in_order
+from sharewise.policy.base import ClusterState, Placement, Queue
 from sharewise.policy.table import SlowdownTable
 
 
@@ -46,34 +46,13 @@ def sjf_bsbf(
     -------
     list of Placement, e.g. ``[Placement(job=4, gpus=(17,)), Placement(job=9, gpus=(3,))]``.
     """
-    state = SharingState(cluster, table)
-    cand = candidates(queue, state)
-    if cand.shape[0] == 0:
-        return []
-    placements: list[Placement] = []
-    for i in in_order(queue.remaining[cand], state.n_free + state.n_single, cand):
-        if not state.has_room():
-            break
-        k = int(queue.gpus[i])
-        w = int(queue.workload[i])
-        e_a = float(queue.remaining[i])
-        take = min(k, state.n_free)
-        chosen = pick_free_gpus(state.free_mask(), cluster.node, take) if take else np.empty(0, dtype=np.int64)
-        if take < k:
-            single = state.single_gpus()
-            single = single[table.allowed[w, state.partner_wl[single]]]
-            if single.shape[0] < k - take:
-                continue
-            wb = state.partner_wl[single]
-            s_a = table.slowdown(np.full(wb.shape[0], w), wb, quantile)
-            s_b = table.slowdown(wb, np.full(wb.shape[0], w), quantile)
-            t_con, t_seq = sharing_times(np.full(wb.shape[0], e_a), state.remaining[single], s_a, s_b)
-            good = t_con < t_seq
-            if int(good.sum()) < k - take:
-                continue
-            single, t_con = single[good], t_con[good]
-            best = single[np.argsort(t_con, kind="stable")[: k - take]]
-            chosen = np.concatenate([chosen, best])
-        state.place(int(queue.job[i]), w, e_a, chosen)
-        placements.append(Placement(int(queue.job[i]), tuple(sorted(int(g) for g in chosen))))
-    return placements
+
+    def scorer(workloads: np.ndarray, remaining: np.ndarray, gpus: np.ndarray, state: SharingState):
+        a, b = workloads[:, None], state.partner_wl[gpus][None, :]
+        usable = table.allowed[a, b]
+        s_a = np.where(usable, table.slowdown(a, b, quantile), 1.0)
+        s_b = np.where(usable, table.slowdown(b, a, quantile), 1.0)
+        t_con, t_seq = sharing_times(remaining[:, None], state.remaining[gpus][None, :], s_a, s_b)
+        return usable & (t_con < t_seq), t_con
+
+    return place_in_order(queue, cluster, table, queue.remaining, scorer)

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from sharewise.policy._sharing import SharingState, candidates
-from sharewise.policy.base import ClusterState, Placement, Queue, in_order, pick_free_gpus
+from sharewise.policy._sharing import SharingState, place_in_order
+from sharewise.policy.base import ClusterState, Placement, Queue
 from sharewise.policy.table import SlowdownTable
+
+
+def _first_fit(workloads: np.ndarray, remaining: np.ndarray, gpus: np.ndarray, state: SharingState):
+    usable = state.table.allowed[workloads[:, None], state.partner_wl[gpus][None, :]]
+    return usable, np.broadcast_to(gpus.astype(float), usable.shape)
 
 
 def sjf_ffs(queue: Queue, cluster: ClusterState, table: SlowdownTable, now: float) -> list[Placement]:
@@ -19,25 +24,4 @@ def sjf_ffs(queue: Queue, cluster: ClusterState, table: SlowdownTable, now: floa
     -------
     list of Placement, e.g. ``[Placement(job=4, gpus=(17,))]``.
     """
-    state = SharingState(cluster, table)
-    cand = candidates(queue, state)
-    if cand.shape[0] == 0:
-        return []
-    placements: list[Placement] = []
-    for i in in_order(queue.remaining[cand], state.n_free + state.n_single, cand):
-        if not state.has_room():
-            break
-        k = int(queue.gpus[i])
-        w = int(queue.workload[i])
-        free = state.free_mask()
-        take = min(k, state.n_free)
-        chosen = pick_free_gpus(free, cluster.node, take) if take else np.empty(0, dtype=np.int64)
-        if take < k:
-            single = state.single_gpus()
-            ok = single[table.allowed[w, state.partner_wl[single]]]
-            if ok.shape[0] < k - take:
-                continue
-            chosen = np.concatenate([chosen, ok[: k - take]])
-        state.place(int(queue.job[i]), w, float(queue.remaining[i]), chosen)
-        placements.append(Placement(int(queue.job[i]), tuple(sorted(int(g) for g in chosen))))
-    return placements
+    return place_in_order(queue, cluster, table, queue.remaining, _first_fit)

@@ -3,7 +3,14 @@
 Importing this package does not import torch or XGBoost; XGBoost loads on the first fit or load.
 """
 
-from sharewise.predictor.api import PREDICTION_COLUMNS, out_of_fold_predictions, predict_pairs, train_model
+from sharewise.predictor.api import (
+    PREDICTION_COLUMNS,
+    explain_pair,
+    model_rows,
+    out_of_fold_predictions,
+    predict_pairs,
+    train_model,
+)
 from sharewise.predictor.evaluation import BASELINES, GROUP_BY, cross_validate, evaluate, grouped_folds
 from sharewise.predictor.features import ordered_rows, pair_feature_matrix, pair_feature_names
 from sharewise.predictor.model import MODEL_SCHEMA_VERSION, SlowdownRegressor
@@ -16,6 +23,8 @@ __all__ = [
     "SlowdownRegressor",
     "cross_validate",
     "evaluate",
+    "explain_pair",
+    "model_rows",
     "grouped_folds",
     "ordered_rows",
     "out_of_fold_predictions",

@@ -5,13 +5,22 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from sharewise.errors import ConfigError
+from sharewise.errors import ConfigError, DatasetError
 from sharewise.predictor.evaluation import GROUP_BY, row_groups
 from sharewise.predictor.features import (
+    PARTNER_EFFECT,
     PairRows,
     base_columns,
     base_columns_of_model,
+    job_rates,
+    lookup_partner_effect,
     ordered_rows,
+    pair_feature_matrix_indexed,
+    pair_indices,
+    prepare_rows,
+    profile_matrix,
+    reference_matrix,
+    with_reference,
 )
 from sharewise.predictor.model import SlowdownRegressor
 
@@ -32,7 +41,9 @@ def training_summary(rows: PairRows, profiles: pd.DataFrame) -> dict:
     """Describe what a model is trained on, for its sidecar.
 
     Example: ``{"pairs": 976, "devices": ["k80", "p100"], "workloads": ["A3C", ...], "families": [...],
-    "base_features": ["iter_time_ms", "f_batch_size"]}`` (``rows`` is added by ``fit``).
+    "base_features": ["iter_time_ms", "f_flops_per_step"], "device_reference": {"flop_rate": {"k80":
+    1.5e12, ...}, ...}}`` (``rows`` is added by ``fit``). ``device_reference`` is fitted state: the scale
+    of the share features, which ``predict_pairs`` reuses.
     """
     meta = rows.meta
     return {
@@ -40,27 +51,71 @@ def training_summary(rows: PairRows, profiles: pd.DataFrame) -> dict:
         "devices": sorted(set(meta["device_name"].astype(str))),
         "workloads": sorted(set(meta["self_workload"].astype(str))),
         "families": sorted(set(meta["self_family"].astype(str))),
-        "base_features": base_columns(profiles),
+        "base_features": base_columns_of_model(rows.X.columns),
+        "profile_columns": base_columns(profiles),
+        "device_reference": rows.reference,
     }
 
 
-def train_model(profiles: pd.DataFrame, pairs: pd.DataFrame, **params) -> SlowdownRegressor:
+def train_model(
+    profiles: pd.DataFrame,
+    pairs: pd.DataFrame,
+    features: str = "physical",
+    partner_effect: bool = True,
+    **params,
+) -> SlowdownRegressor:
     """Fit a ``SlowdownRegressor`` on every measured (status ``ok``) pair, both directions.
 
     Parameters
     ----------
     profiles, pairs : DataFrame
         Profiles and pairs tables (``sharewise.datasets.read_datasets``).
+    features : {"physical", "all"}
+        Feature set (``features.select_base``).
+    partner_effect : bool
+        Add each partner's measured effect on the selves it was paired with (``features.PARTNER_EFFECT``).
     **params
         ``SlowdownRegressor`` parameters, e.g. ``n_estimators=300``.
 
     Returns
     -------
     SlowdownRegressor
-        Fitted; ``training_summary_`` says on what.
+        Fitted; ``training_summary_`` says on what, and holds the fitted feature state (device
+        references, partner effects) that ``predict_pairs`` reuses.
     """
-    rows = ordered_rows(profiles, pairs)
-    return SlowdownRegressor(**params).fit(rows.X, rows.y, summary=training_summary(rows, profiles))
+    rows = ordered_rows(profiles, pairs, features=features)
+    rows, state = prepare_rows(rows, np.arange(len(rows.y)), features, partner_effect)
+    summary = {**training_summary(rows, profiles), **state, "feature_set": features}
+    return SlowdownRegressor(**params).fit(rows.X, rows.y, summary=summary)
+
+
+def model_reference(model: SlowdownRegressor) -> dict:
+    """Return the device references a model was trained with (empty for a model fitted on bare arrays)."""
+    return dict(getattr(model, "training_summary_", {}).get("device_reference", {}) or {})
+
+
+def model_rows(
+    model: SlowdownRegressor, profiles: pd.DataFrame, pairs: pd.DataFrame, with_target: bool = False
+) -> PairRows:
+    """Return the ordered rows of ``pairs`` featurized for ``model``: its base columns, its device
+    references and, if it uses them, its partner effects; ``rows.X`` goes straight into ``model.predict``.
+    """
+    model._check_fitted()
+    base = base_columns_of_model(model.feature_names_in_)
+    rows = ordered_rows(profiles, pairs, base=base, with_target=with_target, reference=model_reference(model))
+    if _uses_partner_effect(model):
+        X = rows.X.assign(**{PARTNER_EFFECT: _partner_effects(model, rows.meta)})
+        rows = PairRows(X=X, y=rows.y, meta=rows.meta, reference=rows.reference)
+    return rows
+
+
+def _uses_partner_effect(model: SlowdownRegressor) -> bool:
+    return bool(len(model.feature_names_in_)) and model.feature_names_in_[-1] == PARTNER_EFFECT
+
+
+def _partner_effects(model: SlowdownRegressor, meta: pd.DataFrame) -> np.ndarray:
+    table = getattr(model, "training_summary_", {}).get("partner_effect", {}) or {}
+    return lookup_partner_effect(table, meta)
 
 
 def predict_pairs(model: SlowdownRegressor, profiles: pd.DataFrame, pairs: pd.DataFrame) -> pd.DataFrame:
@@ -86,10 +141,60 @@ def predict_pairs(model: SlowdownRegressor, profiles: pd.DataFrame, pairs: pd.Da
             resnet18    lstm_lm     cpu          1.31   1.52   1.80   1.10   1.24   1.45
     """
     model._check_fitted()
-    rows = ordered_rows(
-        profiles, pairs, base=base_columns_of_model(model.feature_names_in_), with_target=False
-    )
-    return _pair_table(rows, model.predict_quantiles(rows.X))
+    base = base_columns_of_model(model.feature_names_in_)
+    profiles = profiles.reset_index(drop=True)
+    pairs = pairs.reset_index(drop=True)
+    ia, ib = pair_indices(profiles, pairs)
+    matrix = profile_matrix(profiles, base)
+    devices = profiles["device_name"].astype(str).to_numpy(dtype=object)
+    reference = reference_matrix(model_reference(model), devices, job_rates(matrix, base))
+    n = len(pairs)
+    # A scheduler asks about many pairs among few jobs: predict each distinct (self, partner) profile pair
+    # once and gather, which is exact because the features depend on the two profiles only.
+    unique, inverse = _distinct_pairs(np.concatenate([ia, ib]), np.concatenate([ib, ia]), len(profiles))
+    i_self, i_partner = np.divmod(unique, max(len(profiles), 1))
+    effect = None
+    if _uses_partner_effect(model):
+        effect = _partner_effects(
+            model, pd.DataFrame({"device_name": devices, "partner_workload": profiles["workload"]})
+        )
+    X = pair_feature_matrix_indexed(matrix, i_self, i_partner, base, reference, effect)
+    q = model.predict_matrix(X)
+    q = np.ascontiguousarray(q[:, [0, q.shape[1] // 2, q.shape[1] - 1]])
+    # One float block (p10_a ... p90_b) gathered row-wise from the distinct predictions, then the name
+    # columns, taken from the input as they are: no per-row conversion for a million pairs.
+    block = np.empty((n, 6))
+    block[:, :3] = q[inverse[:n]]
+    block[:, 3:] = q[inverse[n:]]
+    out = pd.DataFrame(block, columns=list(PREDICTION_COLUMNS[3:]), copy=False)
+    out.insert(0, "device_name", (
+        pairs["device_name"].astype(str)
+        if "device_name" in pairs.columns
+        else pd.Series(devices[ia], index=pairs.index).astype(str)
+    ))
+    out.insert(0, "workload_b", pairs["workload_b"].astype(str))
+    out.insert(0, "workload_a", pairs["workload_a"].astype(str))
+    return out
+
+
+# Up to this many possible (self, partner) profile pairs, distinct pairs are found with a lookup table
+# (linear time) instead of a sort.
+_TABLE_DEDUP_MAX = 1 << 24
+
+
+def _distinct_pairs(i_self: np.ndarray, i_partner: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
+    """Return (distinct keys ``self * m + partner``, index of each row's key among them)."""
+    m = max(m, 1)
+    keys = i_self.astype(np.int64) * m + i_partner
+    if m * m > _TABLE_DEDUP_MAX:
+        unique, inverse = np.unique(keys, return_inverse=True)
+        return unique, inverse.ravel()
+    seen = np.zeros(m * m, dtype=bool)
+    seen[keys] = True
+    unique = np.flatnonzero(seen)
+    lookup = np.empty(m * m, dtype=np.int64)
+    lookup[unique] = np.arange(unique.size)
+    return unique, lookup[keys]
 
 
 def _pair_table(rows: PairRows, q: np.ndarray) -> pd.DataFrame:
@@ -117,6 +222,8 @@ def out_of_fold_predictions(
     pairs: pd.DataFrame,
     group_by: str = "family",
     candidates: pd.DataFrame | None = None,
+    features: str = "physical",
+    partner_effect: bool = True,
     **params,
 ) -> pd.DataFrame:
     """Predict every candidate pair with a model that has seen neither of its two groups.
@@ -136,6 +243,10 @@ def out_of_fold_predictions(
     candidates : DataFrame, optional
         Pairs to predict (``workload_a, workload_b`` and optionally ``device_name``, ``mode``); default the
         measured ``ok`` pairs.
+    features : {"physical", "all"}
+        Feature set (``features.select_base``).
+    partner_effect : bool
+        Add each partner's measured effect, from that model's training rows only.
     **params
         ``SlowdownRegressor`` parameters.
 
@@ -151,10 +262,10 @@ def out_of_fold_predictions(
     """
     if group_by not in GROUP_BY:
         raise ConfigError(f"group_by must be one of {list(GROUP_BY)}, got {group_by!r}")
-    train = ordered_rows(profiles, pairs)
+    train = ordered_rows(profiles, pairs, features=features)
     if candidates is None:
         candidates = pairs[pairs["status"] == "ok"] if "status" in pairs.columns else pairs
-    cand = ordered_rows(profiles, candidates, base=base_columns(profiles), with_target=False)
+    cand = ordered_rows(profiles, candidates, with_target=False, features=features)
     n = len(cand.X) // 2
     train_self, train_partner = row_groups(train.meta, group_by)
     cand_a, cand_b = row_groups(cand.meta, group_by)
@@ -172,9 +283,78 @@ def out_of_fold_predictions(
                 f"no measured pair is left to train on once {group_by} {names} are held out; measure "
                 "pairs among other workloads or use a finer group_by"
             )
-        model = SlowdownRegressor(**params).fit(train.X[use], train.y[use])
+        # Each model has its own feature state (device references, partner effects) from its own rows.
+        fit_rows, state = prepare_rows(train, np.flatnonzero(use), features, partner_effect)
+        model = SlowdownRegressor(**params).fit(fit_rows.X[use], train.y[use])
         idx = np.asarray(members)
         rows = np.concatenate([idx, idx + n])
-        pred = model.predict_quantiles(cand.X.iloc[rows])
+        X = with_reference(cand, state["device_reference"]).X.iloc[rows]
+        if partner_effect:
+            effect = lookup_partner_effect(state["partner_effect"], cand.meta.iloc[rows])
+            X = X.assign(**{PARTNER_EFFECT: effect})
+        pred = model.predict_quantiles(X)
         q[rows] = pred[:, [0, pred.shape[1] // 2, pred.shape[1] - 1]]
     return _pair_table(cand, q)
+
+
+def common_devices(profiles: pd.DataFrame, workload_a: str, workload_b: str) -> list[str]:
+    """Return the sorted devices on which both workloads have a profile.
+
+    Raises
+    ------
+    DatasetError
+        A workload with no profile at all (the message lists the profiled workloads).
+    """
+    known = sorted(set(profiles["workload"].astype(str)))
+    for w in (workload_a, workload_b):
+        if w not in known:
+            shown = ", ".join(known[:30]) + (" ..." if len(known) > 30 else "")
+            raise DatasetError(f"no profile of workload {w!r}; profiled workloads: {shown}")
+    devices_of = profiles.groupby("workload")["device_name"].agg(lambda s: set(s.astype(str)))
+    return sorted(devices_of[workload_a] & devices_of[workload_b])
+
+
+def explain_pair(
+    model: SlowdownRegressor,
+    profiles: pd.DataFrame,
+    workload_a: str,
+    workload_b: str,
+    device_name: str,
+    top: int = 5,
+) -> dict:
+    """Predict both slowdowns of one pair on one device, with the features that moved each prediction most.
+
+    Returns
+    -------
+    dict
+        ``{"device_name": "cpu", "sharing_worth_it": True, "speed_sum": 1.4,
+        "a": {"workload": "resnet18", "partner": "lstm_lm", "p10": 1.2, "p50": 1.4, "p90": 1.7,
+        "bias": 0.35, "contributions": [{"feature": "partner_f_busy_frac", "value": 0.93,
+        "contribution": 0.12}, ...]}, "b": {...}}``. ``speed_sum`` is 1/p50_a + 1/p50_b: above 1, running
+        the two together finishes more work than taking turns. Contributions are in log-slowdown units.
+    """
+    model._check_fitted()
+    pair = pd.DataFrame({"workload_a": [workload_a], "workload_b": [workload_b], "device_name": device_name})
+    rows = model_rows(model, profiles, pair)
+    q = model.predict_quantiles(rows.X)
+    q = q[:, [0, q.shape[1] // 2, q.shape[1] - 1]]
+    out: dict = {"device_name": device_name}
+    for side, i, (me, other) in (("a", 0, (workload_a, workload_b)), ("b", 1, (workload_b, workload_a))):
+        contrib = model.explain(rows.X.iloc[[i]])
+        bias = float(contrib.pop("bias"))
+        values = rows.X.iloc[i]
+        out[side] = {
+            "workload": me,
+            "partner": other,
+            "p10": float(q[i, 0]),
+            "p50": float(q[i, 1]),
+            "p90": float(q[i, 2]),
+            "bias": bias,
+            "contributions": [
+                {"feature": str(name), "value": float(values[name]), "contribution": float(c)}
+                for name, c in contrib.head(max(int(top), 0)).items()
+            ],
+        }
+    out["speed_sum"] = 1.0 / out["a"]["p50"] + 1.0 / out["b"]["p50"]
+    out["sharing_worth_it"] = bool(out["speed_sum"] > 1.0)
+    return out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 
 import pandas as pd
@@ -79,18 +80,24 @@ def profile_many(
     for dev in devices:
         device_name(dev)  # fail early, with the list of devices, before any run
     rows = []
-    for spec, _name in resolved:
-        per_device = []
-        for dev in devices:
-            row = profile_one(spec, config.replace(device=dev), use_cache=use_cache)
-            per_device.append(row)
-            if not all_devices:
-                _persist(dataset, row, on_row)
-        if all_devices:
-            for row in add_pm_scores(per_device):
-                _persist(dataset, row, on_row)
-        rows.extend(per_device)
+    with dataset.lock("profile") if dataset is not None else contextlib.nullcontext():
+        for spec, _name in resolved:
+            rows.extend(_profile_devices(spec, config, devices, dataset, all_devices, use_cache, on_row))
     return pd.DataFrame(rows)
+
+
+def _profile_devices(spec, config, devices, dataset, all_devices, use_cache, on_row) -> list[dict]:
+    """Profile one workload on each device; rows persist at once, or together once PM scores are known."""
+    per_device = []
+    for dev in devices:
+        row = profile_one(spec, config.replace(device=dev), use_cache=use_cache)
+        per_device.append(row)
+        if not all_devices:
+            _persist(dataset, row, on_row)
+    if all_devices:
+        for row in add_pm_scores(per_device):
+            _persist(dataset, row, on_row)
+    return per_device
 
 
 def _persist(dataset: Dataset | None, row: dict, on_row) -> None:

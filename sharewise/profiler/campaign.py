@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -11,7 +12,7 @@ import pandas as pd
 
 from sharewise.datasets.store import Dataset
 from sharewise.errors import ConfigError
-from sharewise.profiler.config import RunConfig
+from sharewise.profiler.config import RunConfig, device_kind
 from sharewise.profiler.pair import PairTask, empty_row
 
 
@@ -36,7 +37,8 @@ class CampaignSummary:
     skipped: int = 0
     profiled: int = 0
     by_status: dict[str, int] = field(default_factory=dict)
-    failures: list[tuple[str, str, str, str]] = field(default_factory=list)  # (a, b, status, error)
+    # (a, b, status, error); b is "(solo profile)" when a's solo profile failed
+    failures: list[tuple[str, str, str, str]] = field(default_factory=list)
     seconds: float = 0.0
 
 
@@ -66,16 +68,26 @@ def resolve_specs(specs: Sequence[str]) -> list[tuple[str, str]]:
     return resolved
 
 
-def done_keys(existing: pd.DataFrame, config: RunConfig, device_name: str, retry_failed: bool) -> set:
-    """Return the (a, b) pairs already recorded for this device, mode and size (both orders)."""
+def done_keys(
+    existing: pd.DataFrame, config: RunConfig, device_name: str | None, retry_failed: bool
+) -> set:
+    """Return the (a, b) pairs already recorded for this device, mode and size (both orders).
+
+    ``device_name=None`` accepts rows of any device of the config's kind: a cluster's pairs are recorded
+    under the names of the nodes that ran them, which the driver cannot know in advance.
+    """
     if existing.empty:
         return set()
-    rows = existing[(existing["device_name"] == device_name) & (existing["mode"] == config.mode)]
+    rows = existing[existing["mode"] == config.mode]
+    if device_name is None:
+        rows = rows[rows["device_kind"] == device_kind(config.device)]
+    else:
+        rows = rows[rows["device_name"] == device_name]
     if "size" in rows.columns:
         rows = rows[rows["size"] == config.size]
     if retry_failed:
         rows = rows[rows["status"].isin(["ok", "oom", "skipped"])]
-    keys = set(zip(rows["workload_a"], rows["workload_b"]))
+    keys = set(zip(rows["workload_a"], rows["workload_b"], strict=True))
     return keys | {(b, a) for a, b in keys}
 
 
@@ -131,26 +143,43 @@ def run_campaign(
         mps = MpsDaemon() if config.mode == "mps" else contextlib.nullcontext()
         with mps:
             extra_env = getattr(mps, "env", None) or None
-            if profile_missing:
-                summary.profiled = _profile_missing(dataset, resolved, config, device_name, extra_env, emit)
-            done = done_keys(dataset.read_pairs(), config, device_name, retry_failed)
-            tasks = []
-            for i, j in pairs_idx:
-                (sa, na), (sb, nb) = resolved[i], resolved[j]
-                if (na, nb) in done:
-                    summary.skipped += 1
-                else:
-                    tasks.append(PairTask(sa, sb, na, nb))
-            emit(CampaignEvent("plan", summary.skipped, summary.total, message=f"{len(tasks)} pairs to measure"))
+            # Start the executor before any run: a wrong Ray address or a missing cluster fails in a second,
+            # not after the solo profiles.
             factory = executor_factory or LocalExecutor
             executor = factory(config, device_name, extra_env)
             try:
-                for row in executor.run(tasks):
+                broken: dict[str, tuple[str, str]] = {}
+                if profile_missing:
+                    summary.profiled, broken = _profile_missing(
+                        dataset, resolved, config, device_name, extra_env, emit, summary.failures
+                    )
+                # Executors spanning several machines (Ray) record each pair under its node's device name.
+                on_device = None if getattr(executor, "spans_nodes", False) else device_name
+                done = done_keys(dataset.read_pairs(), config, on_device, retry_failed)
+                tasks, unrunnable = [], []
+                for i, j in pairs_idx:
+                    (sa, na), (sb, nb) = resolved[i], resolved[j]
+                    if (na, nb) in done:
+                        summary.skipped += 1
+                    elif na in broken or nb in broken:
+                        # A workload that failed alone fails next to a partner too: record the pair with the
+                        # same status instead of paying a crash or a timeout per pair.
+                        bad = na if na in broken else nb
+                        status, error = broken[bad]
+                        row = empty_row(PairTask(sa, sb, na, nb), config, device_name, status,
+                                        f"not run: the solo profile of {bad} failed: {error}")
+                        unrunnable.append(row)
+                    else:
+                        tasks.append(PairTask(sa, sb, na, nb))
+                plan = f"{len(tasks)} pairs to measure"
+                emit(CampaignEvent("plan", summary.skipped, summary.total, message=plan))
+                for row in itertools.chain(unrunnable, executor.run(tasks)):
                     dataset.write_pairs(pd.DataFrame([row]))
                     summary.measured += 1
                     summary.by_status[row["status"]] = summary.by_status.get(row["status"], 0) + 1
                     if row["status"] != "ok":
-                        summary.failures.append((row["workload_a"], row["workload_b"], row["status"], row["error"]))
+                        failure = (row["workload_a"], row["workload_b"], row["status"], row["error"])
+                        summary.failures.append(failure)
                     emit(CampaignEvent("pair", summary.skipped + summary.measured, summary.total, row=row))
             finally:
                 executor.close()
@@ -158,20 +187,31 @@ def run_campaign(
     return summary
 
 
-def _profile_missing(dataset, resolved, config, device_name, extra_env, emit) -> int:
+def _profile_missing(dataset, resolved, config, device_name, extra_env, emit, failures):
+    """Profile the workloads without a solo profile; return (count, {name: (status, error)} of failures).
+
+    A workload that raises, runs out of memory or hangs must not end the campaign here: it goes to
+    ``failures``, its pairs are recorded with its status, and a rerun (``--retry-failed``) tries again.
+    """
     from sharewise.profiler.api import profile_one
+    from sharewise.profiler.solo import ProfileFailed
 
     have = dataset.read_profiles()
     have = have[(have["device_name"] == device_name) & (have["mode"] == config.mode)]
     if "size" in have.columns:
         have = have[have["size"] == config.size]
     names = set(have["workload"])
-    count = 0
+    count, broken = 0, {}
     for spec, name in resolved:
         if name in names:
             continue
-        row = profile_one(spec, config, extra_env=extra_env)
+        try:
+            row = profile_one(spec, config, extra_env=extra_env)
+        except ProfileFailed as exc:
+            failures.append((name, "(solo profile)", exc.status, str(exc)))
+            broken[name] = (exc.status, str(exc))
+            continue
         dataset.write_profiles(pd.DataFrame([row]))
         count += 1
         emit(CampaignEvent("profile", 0, len(resolved), row=row, message=f"profiled {name}"))
-    return count
+    return count, broken

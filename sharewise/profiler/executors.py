@@ -5,15 +5,18 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Sequence
 
-from sharewise.errors import ConfigError, MissingDependencyError
+from sharewise.errors import ConfigError, DeviceError, MissingDependencyError
 from sharewise.profiler.campaign import LocalExecutor
 from sharewise.profiler.config import RunConfig, device_kind
+from sharewise.profiler.modes import available_cores
 from sharewise.profiler.pair import PairTask, empty_row
 
 EXECUTORS = ("local", "ray")
 
 
-def executor_factory(name: str, address: str | None = None, cpus_per_task: int | None = None, max_retries: int = 2):
+def executor_factory(
+    name: str, address: str | None = None, cpus_per_task: int | None = None, max_retries: int = 2
+):
     """Return a callable ``(config, device_name, extra_env) -> executor`` for ``name`` (local or ray)."""
     if name == "local":
         if address:
@@ -47,6 +50,31 @@ def _measure_on_node(task: PairTask, config: RunConfig, extra_env: dict | None) 
     return measure_pair(task, config, device_name(config.device), extra_env)
 
 
+def _largest_node_cpus(ray) -> int:
+    """Return the CPU count of the largest alive node of the cluster.
+
+    A CPU pair run must hold a whole node, so no second run shares its cores; the cluster-wide figures
+    (``ray.available_resources()``) sum over nodes and shrink while tasks run, so a request based on them can
+    exceed every single node and would never be scheduled.
+    """
+    cpus = [node.get("Resources", {}).get("CPU", 0) for node in ray.nodes() if node.get("Alive")]
+    return max(1, int(max(cpus, default=1)))
+
+
+def _cpus_per_gpu(ray) -> int:
+    """Return the CPUs a one-GPU task should hold: the smallest CPUs-per-GPU ratio over GPU nodes.
+
+    Each pair run's two processes use host cores for data and kernel launches; holding a node's fair share
+    keeps several GPU tasks on one node from oversubscribing its CPUs.
+    """
+    ratios = [
+        node["Resources"].get("CPU", 1) / node["Resources"]["GPU"]
+        for node in ray.nodes()
+        if node.get("Alive") and node.get("Resources", {}).get("GPU", 0) > 0
+    ]
+    return max(1, int(min(ratios, default=1)))
+
+
 class RayExecutor:
     """Runs each pair as a Ray task holding one whole GPU (CUDA) or ``cpus_per_task`` CPUs (CPU clusters).
 
@@ -56,6 +84,7 @@ class RayExecutor:
     """
 
     name = "ray"
+    spans_nodes = True  # rows carry the device name of the node that ran them; resume matches any node
 
     def __init__(
         self,
@@ -72,22 +101,40 @@ class RayExecutor:
         self.device_name = device_name
         self.extra_env = extra_env
         self._started_here = False
+        self._pending: dict = {}  # task ref -> PairTask, for the runs not yet yielded
         if not ray.is_initialized():
-            kwargs = {"address": address} if address else {"num_cpus": os.cpu_count() or 1}
-            ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False, **kwargs)
+            if address:
+                kwargs = {"address": address}
+            elif os.environ.get("RAY_ADDRESS"):
+                # ray.init() then joins that cluster, and refuses num_cpus when joining one.
+                kwargs = {}
+            else:
+                # The cores this process may use (taskset/cgroup aware), as the local executor sees them.
+                kwargs = {"num_cpus": len(available_cores())}
+            try:
+                ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False, **kwargs)
+            except (ConnectionError, ValueError, RuntimeError) as exc:
+                where = f"the Ray cluster at {address!r}" if address else "a local Ray instance"
+                reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+                raise DeviceError(
+                    f"could not start or join {where}: {reason}; check the address (host:port of the head "
+                    "node, or 'auto') and that 'ray status' works there"
+                ) from None
             self._started_here = True
         if device_kind(config.device) == "cuda":
-            resources = {"num_gpus": 1, "num_cpus": cpus_per_task or 1}
+            resources = {"num_gpus": 1, "num_cpus": cpus_per_task or _cpus_per_gpu(ray)}
         else:
-            resources = {"num_cpus": cpus_per_task or int(ray.available_resources().get("CPU", 1) or 1)}
+            resources = {"num_cpus": cpus_per_task or _largest_node_cpus(ray)}
         # Pair processes are pinned to device index 0 inside a task: Ray sets CUDA_VISIBLE_DEVICES.
         if device_kind(config.device) == "cuda":
             self.config = config.replace(device="cuda:0")
-        self.remote = ray.remote(max_retries=max_retries, **resources)(_measure_on_node)
+        # A task that raises is retried like one whose worker or node died (retry_exceptions), as bounded.
+        remote = ray.remote(max_retries=max_retries, retry_exceptions=True, **resources)
+        self.remote = remote(_measure_on_node)
 
     def run(self, tasks: Sequence[PairTask]) -> Iterator[dict]:
         ray = self.ray
-        pending = {self.remote.remote(t, self.config, self.extra_env): t for t in tasks}
+        pending = self._pending = {self.remote.remote(t, self.config, self.extra_env): t for t in tasks}
         while pending:
             done, _ = ray.wait(list(pending), num_returns=1)
             ref = done[0]
@@ -100,5 +147,13 @@ class RayExecutor:
                                 f"ray task failed ({type(exc).__name__}): {text[-1] if text else ''}"[:500])
 
     def close(self) -> None:
+        # A campaign that stops early (an error, Ctrl-C) must not leave pair runs going on a cluster that
+        # outlives this driver: they would load nodes that later runs measure on.
+        for ref in self._pending:
+            try:
+                self.ray.cancel(ref, force=True)
+            except Exception:  # finished meanwhile, or the cluster is gone: nothing left to stop
+                pass
+        self._pending = {}
         if self._started_here:
             self.ray.shutdown()

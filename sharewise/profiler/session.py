@@ -83,6 +83,7 @@ class Worker:
         )
         self._buf = ""
         self.info: dict = {}
+        self.ready = False  # said "ready": it reads commands now, so it can be asked to exit
 
     @property
     def pid(self) -> int:
@@ -97,13 +98,17 @@ class Worker:
 
     def recv(self, expect: str, timeout: float) -> dict:
         """Wait for the next message; raise ``WorkerFailed`` on error, death or timeout."""
-        limit = time.monotonic() + timeout
+        began = time.monotonic()
+        limit = began + timeout
         if self.deadline is not None:
             limit = min(limit, self.deadline)
         fd = self.proc.stdout.fileno()
         while "\n" not in self._buf:
             remaining = limit - time.monotonic()
             if remaining <= 0:
+                # Name the limit that ran out: the whole run's deadline often cuts this wait short.
+                if limit < began + timeout:
+                    raise WorkerFailed("timeout", f"{self.spec}: no {expect!r} before the run's timeout")
                 raise WorkerFailed("timeout", f"{self.spec}: no {expect!r} within {timeout:.0f} s")
             ready, _, _ = select.select([fd], [], [], min(remaining, 1.0))
             if ready:
@@ -121,6 +126,8 @@ class Worker:
             raise WorkerFailed(msg.get("status", "failed"), f"{self.spec}: {msg.get('error')}")
         if msg.get("event") != expect:
             raise WorkerFailed("failed", f"{self.spec}: expected {expect!r}, got {msg}")
+        if expect == "ready":
+            self.ready = True
         return msg
 
     def _stderr_tail(self) -> str:
@@ -132,14 +139,26 @@ class Worker:
         lines = [ln for ln in text.splitlines() if ln.strip()]
         return f": {lines[-1][-300:]}" if lines else ""
 
-    def close(self, timeout: float = 10.0) -> None:
-        """Ask the worker to exit, then kill its process group if it does not."""
-        if self.proc.poll() is None:
+    def request_exit(self) -> None:
+        """Ask a ready worker to exit without waiting, so several workers shut down in parallel."""
+        if self.ready and self.proc.poll() is None:
             try:
                 self.proc.stdin.write(json.dumps({"cmd": "exit"}) + "\n")
                 self.proc.stdin.flush()
+            except (BrokenPipeError, OSError, ValueError):
+                pass
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Ask the worker to exit, then kill its process group if it does not.
+
+        A worker that never said ready is still building or warming up and reads no command (a hung one
+        never will), so it is killed at once instead of after ``timeout``.
+        """
+        if self.ready and self.proc.poll() is None:
+            self.request_exit()
+            try:
                 self.proc.wait(timeout=timeout)
-            except (BrokenPipeError, OSError, subprocess.TimeoutExpired, ValueError):
+            except subprocess.TimeoutExpired:
                 pass
         self.kill()
         self._stderr.close()
@@ -228,6 +247,14 @@ def run_repeat(
         coloc, share = measure_together(workers, window, config.min_window_steps, per_window_timeout, tail=True)
         foreign = max(foreign, share)
         return RepeatResult(solo, coloc, window, foreign, [w.info for w in workers])
+    except BaseException:
+        # A failed run: stop the partner now; a hung worker would ignore a polite exit for the whole wait.
+        for w in workers:
+            w.kill()
+        raise
     finally:
+        # Exiting takes a torch process most of a second: ask all first, then wait for each.
+        for w in workers:
+            w.request_exit()
         for w in workers:
             w.close()

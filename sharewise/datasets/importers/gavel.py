@@ -13,10 +13,11 @@ of job types on a GPU becomes one pair row: ``slowdown = isolated / co-located``
 default CUDA contexts, hence mode ``timeslice``. GPU keys ending in ``_unconsolidated`` describe multi-server
 placements of the same single-GPU numbers and are skipped.
 
-Gavel gives no profiler features, so where a zoo workload of the same architecture exists its
-device-independent features (FLOPs, parameter and activation bytes, op mix) are computed on the ``meta``
-device at the job's batch size, once per (workload, batch size), and cached in ``static_features.json`` in
-the output folder so a re-import does not recompute them.
+Gavel gives no profiler features, so the device-independent features (FLOPs, parameter and activation
+bytes, op mix) of the zoo configuration that Gavel's job command runs (``ZOO_WORKLOADS``: a zoo workload and
+config overrides, e.g. ResNet-18 is the 32 px CIFAR-10 model and LM the 200-unit LSTM) are computed on the
+``meta`` device at the job's batch size, once per (configuration, batch size), and cached in
+``static_features.json`` in the output folder so a re-import does not recompute them.
 """
 
 from __future__ import annotations
@@ -27,7 +28,9 @@ import math
 import os
 import re
 import uuid
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -46,19 +49,51 @@ GAVEL_FAMILIES: dict[str, str] = {
     "A3C": "a3c",
     "CycleGAN": "cyclegan",
 }
-# Gavel model name -> zoo workload of the same architecture, for device-independent features.
-ZOO_WORKLOADS: dict[str, str] = {
-    "ResNet-18": "resnet18",
-    "ResNet-50": "resnet50",
-    "Transformer": "transformer",
-    "LM": "lstm_lm",
-    "Recommendation": "ncf",
-    "A3C": "a3c",
-    "CycleGAN": "cyclegan",
+@dataclass(frozen=True)
+class ZooMatch:
+    """The zoo workload that stands for a Gavel model when counting device-independent features.
+
+    ``workload`` is a registry name built at ``size="full"``; ``overrides`` replace fields of that size's
+    config so the counted model is the configuration Gavel ran (its job commands are in the job traces,
+    ``gavel/traces_msr_seed0``); ``source`` says where that configuration comes from.
+    """
+
+    workload: str
+    overrides: tuple[tuple[str, Any], ...] = ()
+    source: str = ""
+
+    def key(self) -> str:
+        """Cache key of the configuration: ``"lstm_lm[dim=200,dropout=0.2]"``."""
+        if not self.overrides:
+            return self.workload
+        return f"{self.workload}[{','.join(f'{k}={v}' for k, v in self.overrides)}]"
+
+
+# Gavel model name -> the zoo configuration Gavel's job command runs.
+ZOO_WORKLOADS: dict[str, ZooMatch] = {
+    # image_classification/cifar10: the CIFAR-10 ResNet-18 on 32 px images, not ImageNet's.
+    "ResNet-18": ZooMatch("resnet18_cifar", source="ResNet-18 on CIFAR-10 (32x32, 10 classes)"),
+    "ResNet-50": ZooMatch("resnet50", source="torchvision ResNet-50 on ImageNet (224x224)"),
+    # translation/train.py (attention-is-all-you-need-pytorch): d_model 512, 6+6 layers, 8 heads, Multi30k.
+    "Transformer": ZooMatch("transformer", source="Transformer-base on Multi30k"),
+    # language_modeling/main.py: PyTorch's word_language_model defaults (2-layer LSTM, 200 units, BPTT 35,
+    # dropout 0.2) on WikiText-2; the zoo's full size is the 650-unit medium model.
+    "LM": ZooMatch(
+        "lstm_lm",
+        (("dim", 200), ("dropout", 0.2)),
+        "word_language_model defaults: 2-layer LSTM, 200 units, WikiText-2 vocabulary, BPTT 35",
+    ),
+    # recommendation/scripts/ml-20m/train.py on ml-20m/pro_sg: an autoencoder over items, not NeuMF.
+    "Recommendation": ZooMatch("dae_cf", source="autoencoder over MovieLens-20M's 20,108 items"),
+    # rl/main.py --env PongDeterministic-v4 --workers 4 --amsgrad: rl_a3c_pytorch's A3C with an LSTM.
+    "A3C": ZooMatch("a3c_lstm", source="A3C with an LSTM policy on 1x80x80 Pong frames"),
+    "CycleGAN": ZooMatch("cyclegan", source="CycleGAN on monet2photo (256x256, ResNet-9 generators)"),
 }
+
 GAVEL_MODE = "timeslice"
 STATIC_CACHE_NAME = "static_features.json"
-_STATIC_CACHE_VERSION = 1
+# 2: keys name the configuration (zoo workload plus overrides), ResNet-18 is the CIFAR model.
+_STATIC_CACHE_VERSION = 2
 _JOB_TYPE = re.compile(r"^(?P<model>.+?) \(batch size (?P<batch>\d+)\)$")
 
 
@@ -185,7 +220,7 @@ def import_gavel(
                 "created_at": created,
                 "iter_time_ms": 1000.0 / iso,
                 "throughput": iso,
-                "spec": zoo or "",
+                "spec": zoo.key() if zoo else "",
                 "size": "full",
                 "source": "gavel",
                 "f_batch_size": float(batch) if batch else math.nan,
@@ -318,10 +353,10 @@ class _StaticFeatures:
             return {}
         return payload.get("entries", {})
 
-    def get(self, zoo: str, batch: int | None, job: str) -> tuple[dict, int | None]:
+    def get(self, zoo: ZooMatch, batch: int | None, job: str) -> tuple[dict, int | None]:
         if not self.enabled:
             return {}, None
-        key = f"{zoo}|{batch if batch else 'default'}"
+        key = f"{zoo.key()}|{batch if batch else 'default'}"
         if key in self.cache:
             entry = self.cache[key]
             self.reused += 1
@@ -364,8 +399,12 @@ class _StaticFeatures:
         os.replace(tmp, self.path)
 
 
-def _compute_static(zoo: str, batch: int | None) -> tuple[dict, int | None, str | None]:
-    """Return (features, batch size used, problem); a problem leaves the features missing, never fails."""
+def _compute_static(zoo: ZooMatch, batch: int | None) -> tuple[dict, int | None, str | None]:
+    """Return (features, batch size used, problem); a problem leaves the features missing, never fails.
+
+    The zoo workload is built at ``size="full"`` with ``zoo.overrides`` replacing fields of its config
+    before ``build``, on the ``meta`` device: counting needs shapes, not memory or compute.
+    """
     try:
         import torch
 
@@ -374,15 +413,18 @@ def _compute_static(zoo: str, batch: int | None) -> tuple[dict, int | None, str 
     except ImportError as exc:
         return {}, None, f"the static feature counter is not available ({exc})"
     try:
-        cls = load_workload_class(zoo)
+        cls = load_workload_class(zoo.workload)
         workload = cls(batch_size=batch, size="full")
+        if zoo.overrides:
+            workload.cfg = replace(workload.cfg, **dict(zoo.overrides))
         workload.build(torch.device("meta"))
         try:
             raw = static_features(workload)
         finally:
             workload.close()
     except Exception as exc:  # a zoo or counter bug must not block an import: leave the features NaN
-        return {}, None, f"computing them for zoo workload {zoo!r} failed ({type(exc).__name__}: {exc})"
+        problem = f"computing them for zoo workload {zoo.key()!r} failed ({type(exc).__name__}: {exc})"
+        return {}, None, problem
     feats = {}
     for name, value in dict(raw).items():
         if isinstance(name, str) and name.startswith("f_") and name != "f_batch_size":

@@ -27,10 +27,13 @@ REGISTRY: dict[str, str] = {
     "mobilenet_v2": "vision:MobileNetV2",
     "pointnet": "pointcloud:PointNet",
     "ncf": "recsys:NCF",
+    "dae_cf": "recsys:DAECF",
     "resnet18": "vision:ResNet18",
+    "resnet18_cifar": "vision:ResNet18CIFAR",
     "resnet50": "vision:ResNet50",
     "resnet50_infer": "vision:ResNet50Infer",
     "a3c": "rl:A3C",
+    "a3c_lstm": "rl:A3CLSTM",
     "ppo": "rl:PPO",
     "transformer": "nlp:Transformer",
     "vgg16": "vision:VGG16",
@@ -92,7 +95,8 @@ def check_contract(cls: object, spec: str) -> None:
     if missing:
         raise WorkloadContractError(
             f"workload {spec!r}: class {cls.__name__} lacks method(s) {', '.join(missing)}; "
-            "a workload needs build(device), step() and close() (subclass sharewise.profiler.workloads.base.Workload)"
+            "a workload needs build(device), step() and close() "
+            "(subclass sharewise.profiler.workloads.base.Workload)"
         )
 
 

@@ -36,7 +36,9 @@ class Workload:
             raise ValueError(
                 f"workload {self.name!r}: size must be one of {list(self.sizes)}, got {size!r}"
             )
-        if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
+        if batch_size is not None and (
+            isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1
+        ):
             raise ValueError(
                 f"workload {self.name!r}: batch_size must be a positive integer, got {batch_size!r}"
             )

@@ -1,4 +1,4 @@
-"""Reinforcement-learning workloads: A3C on Atari frames and PPO with an MLP policy, on synthetic rollouts."""
+"""Reinforcement-learning workloads: A3C (feed-forward, LSTM) on Atari frames and PPO, synthetic rollouts."""
 
 from __future__ import annotations
 
@@ -93,6 +93,97 @@ class A3C(TrainWorkload):
         logits, values = self.model(b["frames"].float() / 255.0)
         advantage = b["returns"] - values
         logp = F.log_softmax(logits, dim=-1)
+        entropy = -(logp.exp() * logp).sum(-1)
+        chosen = logp.gather(1, b["actions"].unsqueeze(1)).squeeze(1)
+        policy_loss = -(chosen * advantage.detach()).mean()
+        return policy_loss + VALUE_WEIGHT * advantage.pow(2).mean() - ENTROPY_WEIGHT * entropy.mean()
+
+    def clip_gradients(self) -> None:
+        nn.utils.clip_grad_norm_(self.model.parameters(), 40.0)
+
+
+# --- A3C with an LSTM policy (rl_a3c_pytorch's A3Clstm, as in Gavel's A3C jobs) -----------------
+
+
+@dataclass(frozen=True)
+class A3CLSTMConfig:
+    frame: int  # square grey frame side in pixels (80 after the recipe's crop and resize)
+    width: float  # scales conv channels and the LSTM; 1.0 = the published 32-32-64-64 convs, 512 cells
+    actions: int
+    batch_size: int | None = None
+
+
+class RecurrentActorCritic(nn.Module):
+    """Four conv + max-pool layers on one grey frame, an LSTM cell, policy and value heads."""
+
+    def __init__(self, cfg: A3CLSTMConfig) -> None:
+        super().__init__()
+        c1, c2, c3, hidden = (max(4, round(c * cfg.width)) for c in (32, 64, 64, 512))
+        self.torso = nn.Sequential(
+            nn.Conv2d(1, c1, 5, 1, 2), nn.MaxPool2d(2, 2), nn.LeakyReLU(0.1),
+            nn.Conv2d(c1, c1, 5, 1, 1), nn.MaxPool2d(2, 2), nn.LeakyReLU(0.1),
+            nn.Conv2d(c1, c2, 4, 1, 1), nn.MaxPool2d(2, 2), nn.LeakyReLU(0.1),
+            nn.Conv2d(c2, c3, 3, 1, 1), nn.MaxPool2d(2, 2), nn.LeakyReLU(0.1),
+            nn.Flatten(),
+        )
+        side = (((cfg.frame // 2 - 2) // 2 - 1) // 2) // 2
+        self.lstm = nn.LSTMCell(c3 * side * side, hidden)
+        self.policy = nn.Linear(hidden, cfg.actions)
+        self.value = nn.Linear(hidden, 1)
+        self.hidden = hidden
+
+    def forward(
+        self, frame: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        h, c = self.lstm(self.torso(frame), state)
+        return self.policy(h), self.value(h).squeeze(-1), (h, c)
+
+
+class A3CLSTM(TrainWorkload):
+    name = "a3c_lstm"
+    family = "rl"
+    default_batch_size = 20
+    description = "A3C, LSTM policy on 1x80x80 Pong frames acted one by one, 20-step rollout, Adam (amsgrad)"
+    # The recipe of dgriff777/rl_a3c_pytorch, which Gavel's A3C jobs run: the rollout is acted one
+    # frame at a time (the recurrent state forbids batching frames), so a step is many small kernels.
+    configs = {
+        "tiny": A3CLSTMConfig(frame=40, width=0.125, actions=6, batch_size=4),
+        "small": A3CLSTMConfig(frame=80, width=0.5, actions=6),
+        "full": A3CLSTMConfig(frame=80, width=1.0, actions=6),
+    }
+
+    def make_model(self) -> nn.Module:
+        return RecurrentActorCritic(self.cfg)
+
+    def make_batch(self) -> dict[str, torch.Tensor]:
+        n, d, side = self.batch_size, self.device, self.cfg.frame
+        rewards = torch.randint(-1, 2, (n,), device=d).float()
+        steps = torch.arange(n, device=d, dtype=torch.float32)
+        lag = steps.unsqueeze(0) - steps.unsqueeze(1)
+        discount = torch.where(lag >= 0, GAMMA ** lag.clamp(min=0), torch.zeros_like(lag))
+        return {
+            "frames": torch.rand(n, 1, 1, side, side, device=d),
+            "actions": torch.randint(0, self.cfg.actions, (n,), device=d),
+            "returns": discount @ rewards,  # an episode end closes the rollout, as in A3C above
+        }
+
+    def make_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
+        return torch.optim.Adam(model.parameters(), lr=1e-4, amsgrad=True)
+
+    def loss(self) -> torch.Tensor:
+        b = self.batch
+        hidden = self.model.hidden
+        state = (
+            torch.zeros(1, hidden, device=self.device),
+            torch.zeros(1, hidden, device=self.device),
+        )
+        logits, values = [], []
+        for frame in b["frames"]:
+            logit, value, state = self.model(frame, state)
+            logits.append(logit)
+            values.append(value)
+        advantage = b["returns"] - torch.cat(values)
+        logp = F.log_softmax(torch.cat(logits), dim=-1)
         entropy = -(logp.exp() * logp).sum(-1)
         chosen = logp.gather(1, b["actions"].unsqueeze(1)).squeeze(1)
         policy_loss = -(chosen * advantage.detach()).mean()

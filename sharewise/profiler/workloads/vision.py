@@ -13,13 +13,18 @@ from sharewise.profiler.workloads._common import InferWorkload, TrainWorkload
 
 @dataclass(frozen=True)
 class VisionConfig:
-    """``width`` scales channel counts (1.0 = published), ``depth`` lists blocks per stage."""
+    """``width`` scales channel counts (1.0 = published), ``depth`` lists blocks per stage.
+
+    ``stem`` is ``"imagenet"`` (7x7 stride-2 conv and max pool: a 224 px image enters the first stage at
+    56 px) or ``"cifar"`` (one 3x3 stride-1 conv: a 32 px image enters the first stage at full size).
+    """
 
     image: int
     width: float
     depth: tuple[int, ...]
     classes: int
     batch_size: int | None = None
+    stem: str = "imagenet"
 
 
 def _channels(c: int, width: float, divisor: int = 8) -> int:
@@ -88,12 +93,18 @@ class ResNet(nn.Module):
     def __init__(self, block: type[BasicBlock | Bottleneck], cfg: VisionConfig) -> None:
         super().__init__()
         stem = _channels(64, cfg.width)
-        self.stem = nn.Sequential(
-            nn.Conv2d(3, stem, 7, 2, 3, bias=False),
-            nn.BatchNorm2d(stem),
-            nn.ReLU(inplace=True),
-            nn.MaxPool2d(3, 2, 1),
-        )
+        if cfg.stem == "cifar":
+            # Small images keep their resolution into the first stage (He et al. 2016, section 4.2).
+            self.stem = nn.Sequential(
+                nn.Conv2d(3, stem, 3, 1, 1, bias=False), nn.BatchNorm2d(stem), nn.ReLU(inplace=True)
+            )
+        else:
+            self.stem = nn.Sequential(
+                nn.Conv2d(3, stem, 7, 2, 3, bias=False),
+                nn.BatchNorm2d(stem),
+                nn.ReLU(inplace=True),
+                nn.MaxPool2d(3, 2, 1),
+            )
         stages, cin = [], stem
         for i, blocks in enumerate(cfg.depth):
             planes = _channels(64 * 2**i, cfg.width)
@@ -134,6 +145,29 @@ class ResNet18(_ImageClassifier):
 
     def make_model(self) -> nn.Module:
         return ResNet(BasicBlock, self.cfg)
+
+
+class ResNet18CIFAR(_ImageClassifier):
+    name = "resnet18_cifar"
+    family = "resnet"
+    default_batch_size = 128
+    description = "ResNet-18 for CIFAR-10 (3x3 stem, no max pool), 32x32 images, 10 classes, SGD momentum"
+    # The CIFAR-10 ResNet-18 that image-classification benchmarks train (e.g. kuangliu/pytorch-cifar,
+    # Gavel's ResNet-18 jobs): ImageNet's basic-block stages on 32 px images, about a third of the FLOPs
+    # of the 224 px model per image, with the same 11M parameters.
+    configs = {
+        "tiny": VisionConfig(
+            image=32, width=0.125, depth=(1, 1, 1, 1), classes=10, batch_size=2, stem="cifar"
+        ),
+        "small": VisionConfig(image=32, width=0.25, depth=(2, 2, 2, 2), classes=10, stem="cifar"),
+        "full": VisionConfig(image=32, width=1.0, depth=(2, 2, 2, 2), classes=10, stem="cifar"),
+    }
+
+    def make_model(self) -> nn.Module:
+        return ResNet(BasicBlock, self.cfg)
+
+    def make_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
+        return torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)
 
 
 class ResNet50(_ImageClassifier):

@@ -1,0 +1,62 @@
+"""``pal``: PAL (Jain et al., SC'24): PM-First's variability-aware placement, weighed against locality."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sharewise.policy.base import ClusterState, Placement, Queue
+from sharewise.policy.pm_first import by_sensitivity, select_jobs
+from sharewise.policy.table import SlowdownTable
+
+
+def pal(
+    queue: Queue,
+    cluster: ClusterState,
+    table: SlowdownTable,
+    now: float,
+    *,
+    order: str = "sjf",
+    locality_penalty: float | None = None,
+) -> list[Placement]:
+    """Start jobs exclusively; each gets the placement with the best effective speed, locality included.
+
+    For a job of ``k`` GPUs the candidates are the ``k`` fastest free GPUs of each node that has ``k`` free,
+    and the ``k`` fastest free GPUs anywhere. A candidate's effective speed is its slowest GPU's speed,
+    divided by ``locality_penalty`` when it spans nodes (default: the cluster's cross-node slowdown). The best
+    wins; ties go to fewer nodes, then to the node with fewer free GPUs (keeping whole nodes for big jobs).
+    Jobs are chosen in ``order`` and placed most variability-sensitive first, as in ``pm-first``.
+
+    Returns
+    -------
+    list of Placement, e.g. ``[Placement(job=2, gpus=(5,)), Placement(job=8, gpus=(8, 9, 10, 11))]``.
+    """
+    free = cluster.occupancy() == 0
+    n_free = int(free.sum())
+    if n_free == 0 or len(queue) == 0:
+        return []
+    penalty = cluster.cross_node_slowdown if locality_penalty is None else float(locality_penalty)
+    free = free.copy()
+    speed, node = cluster.speed, cluster.node
+    placements = []
+    for i in by_sensitivity(queue, select_jobs(queue, n_free, order)):
+        k = int(queue.gpus[i])
+        idx = np.flatnonzero(free)
+        ranked = idx[np.argsort(-speed[idx], kind="stable")]
+        best_key, best = None, None
+        options = [ranked[:k]]
+        free_nodes = node[ranked]
+        for n in np.unique(free_nodes):
+            on_node = ranked[free_nodes == n]
+            if on_node.shape[0] >= k:
+                options.append(on_node[:k])
+        for gpus in options:
+            spans = np.unique(node[gpus]).shape[0]
+            eff = float(speed[gpus].min()) / (penalty if spans > 1 else 1.0)
+            node_free = int((free_nodes == node[gpus[0]]).sum()) if spans == 1 else n_free
+            key = (-eff, spans, node_free)
+            if best_key is None or key < best_key:
+                best_key, best = key, gpus
+        free[best] = False
+        n_free -= k
+        placements.append(Placement(int(queue.job[i]), tuple(sorted(int(g) for g in best))))
+    return placements

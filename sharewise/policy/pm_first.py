@@ -1,0 +1,63 @@
+"""``pm-first``: PAL's variability-aware baseline (Jain et al., SC'24, "A Variability-Aware Policy for
+Scheduling ML Workloads in GPU Clusters"): the fastest GPUs go to the jobs most sensitive to variability."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sharewise.policy.base import ClusterState, Placement, Queue, in_order, queue_keys
+from sharewise.policy.table import SlowdownTable
+
+
+def select_jobs(queue: Queue, n_free: int, order: str) -> list[int]:
+    """Return queue positions of the jobs that start now on ``n_free`` free GPUs, in ``order`` (backfilling)."""
+    fits = np.flatnonzero(queue.gpus <= n_free)
+    chosen: list[int] = []
+    if fits.shape[0] == 0:
+        return chosen
+    for i in in_order(queue_keys(queue, order)[fits], n_free, fits):
+        k = int(queue.gpus[i])
+        if k <= n_free:
+            chosen.append(i)
+            n_free -= k
+            if n_free == 0:
+                break
+    return chosen
+
+
+def by_sensitivity(queue: Queue, chosen: list[int]) -> list[int]:
+    """Order the chosen jobs most variability-sensitive first.
+
+    A job's completion time moves with the speed of its slowest GPU in proportion to its remaining run time,
+    so the longest remaining jobs are the most sensitive (ties: more GPUs, then queue order).
+    """
+    return sorted(chosen, key=lambda i: (-float(queue.remaining[i]), -int(queue.gpus[i]), i))
+
+
+def pm_first(
+    queue: Queue, cluster: ClusterState, table: SlowdownTable, now: float, *, order: str = "sjf"
+) -> list[Placement]:
+    """Start jobs exclusively (no sharing); the most sensitive job gets the fastest free GPUs.
+
+    Which jobs start is decided in ``order`` (``sjf`` or ``fifo``) as in ``exclusive``; where they go is
+    decided by the GPUs' performance-variability scores (``cluster.speed``), ignoring locality.
+
+    Returns
+    -------
+    list of Placement, e.g. ``[Placement(job=2, gpus=(5,)), Placement(job=8, gpus=(0, 1, 9, 12))]``.
+    """
+    free = cluster.occupancy() == 0
+    n_free = int(free.sum())
+    if n_free == 0 or len(queue) == 0:
+        return []
+    chosen = select_jobs(queue, n_free, order)
+    # Free GPUs from fastest to slowest (ties: lower index); each job takes the next best block of GPUs,
+    # so a multi-GPU job gets GPUs of similar speed and is not held back by one slow GPU.
+    idx = np.flatnonzero(free)
+    ranked = idx[np.argsort(-cluster.speed[idx], kind="stable")].tolist()
+    placements = []
+    for i in by_sensitivity(queue, chosen):
+        k = int(queue.gpus[i])
+        gpus, ranked = ranked[:k], ranked[k:]
+        placements.append(Placement(int(queue.job[i]), tuple(sorted(gpus))))
+    return placements

@@ -1,0 +1,455 @@
+"""Policies (invariants over the registry, SJF-BSBF by hand, ours), the slowdown table, and ``recommend``."""
+
+from __future__ import annotations
+
+import json
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from sharewise.cli import main
+from sharewise.errors import ConfigError, DatasetError, SchemaError, TraceError, UnknownWorkloadError
+from sharewise.policy import REGISTRY, Placement, get_policy, policy_names
+from sharewise.policy.base import ClusterState, Queue, check_placements, smallest_first
+from sharewise.policy.pal import pal
+from sharewise.policy.pm_first import pm_first
+from sharewise.policy.recommend import memory_fit, plan_pairs
+from sharewise.policy.sharewise import shared_completion, sharewise
+from sharewise.policy.sjf_bsbf import sharing_times, sjf_bsbf
+from sharewise.policy.table import SlowdownTable
+
+WORKLOADS = ["a", "b", "c"]
+
+
+def table(p50: np.ndarray, p90: np.ndarray | None = None, allowed: np.ndarray | None = None) -> SlowdownTable:
+    p50 = np.asarray(p50, float)
+    p90 = p50 if p90 is None else np.asarray(p90, float)
+    allowed = np.ones(p50.shape, bool) if allowed is None else allowed
+    names = WORKLOADS[: p50.shape[0]]
+    return SlowdownTable(names, p50, p50, p90, allowed, device_name="gpu-x", source="test")
+
+
+def make_queue(rows) -> Queue:
+    """rows: (job, remaining, gpus, workload id), in arrival order."""
+    rows = list(rows)
+    return Queue(
+        job=np.array([r[0] for r in rows], np.int64),
+        arrival=np.arange(len(rows), dtype=float),
+        gpus=np.array([r[2] for r in rows], np.int64),
+        remaining=np.array([r[1] for r in rows], float),
+        workload=np.array([r[3] for r in rows], np.int64),
+    )
+
+
+def make_cluster(resident, n_jobs=100, remaining=None, workload=None, speed=None, node=None, start=None,
+                 work=None, slo=2.0, cross=1.0) -> ClusterState:
+    resident = np.asarray(resident, np.int64).reshape(-1, 2)
+    g = resident.shape[0]
+    return ClusterState(
+        resident=resident,
+        node=np.zeros(g, np.int64) if node is None else np.asarray(node, np.int64),
+        speed=np.ones(g) if speed is None else np.asarray(speed, float),
+        job_remaining=np.zeros(n_jobs) if remaining is None else np.asarray(remaining, float),
+        job_workload=np.zeros(n_jobs, np.int64) if workload is None else np.asarray(workload, np.int64),
+        job_ngpus=np.ones(n_jobs, np.int64),
+        job_start=np.zeros(n_jobs) if start is None else np.asarray(start, float),
+        job_work=np.ones(n_jobs) if work is None else np.asarray(work, float),
+        cross_node_slowdown=cross,
+        slo=slo,
+    )
+
+
+# ---- registry and invariants ------------------------------------------------------------------------
+def test_registry_names_and_unknown_policy():
+    assert policy_names() == [
+        "exclusive-fifo", "exclusive-sjf", "sjf-ffs", "sjf-bsbf", "pm-first", "pal", "sharewise",
+    ]
+    with pytest.raises(ConfigError, match="known policies: exclusive-fifo, exclusive-sjf, pal"):
+        get_policy("round-robin")
+
+
+def _random_state(seed: int):
+    rng = np.random.default_rng(seed)
+    n_gpus, n_jobs = 12, 80
+    resident = np.full((n_gpus, 2), -1)
+    next_job = 0
+    job_remaining = np.zeros(n_jobs)
+    job_workload = rng.integers(0, 3, n_jobs)
+    for g in range(n_gpus):
+        for slot in range(int(rng.integers(0, 3))):
+            resident[g, slot] = next_job
+            job_remaining[next_job] = rng.uniform(10, 1000)
+            next_job += 1
+    queued = np.arange(next_job, next_job + 25)
+    queue = Queue(
+        job=queued,
+        arrival=np.sort(rng.uniform(0, 100, 25)),
+        gpus=rng.choice([1, 1, 1, 2, 4], 25),
+        remaining=rng.uniform(10, 1000, 25),
+        workload=job_workload[queued],
+    )
+    cluster = make_cluster(
+        resident, n_jobs, remaining=job_remaining, workload=job_workload, speed=rng.uniform(0.8, 1.0, n_gpus),
+        node=np.arange(n_gpus) // 4, start=np.zeros(n_jobs), work=job_remaining * 1.2, cross=1.2,
+    )
+    p50 = rng.uniform(1.0, 2.2, (3, 3))
+    allowed = np.ones((3, 3), bool)
+    allowed[1, 2] = allowed[2, 1] = False
+    return queue, cluster, table(p50, p50 * 1.15, allowed)
+
+
+@pytest.mark.parametrize("name", policy_names())
+@pytest.mark.parametrize("seed", range(6))
+def test_policy_invariants(name, seed):
+    queue, cluster, tab = _random_state(seed)
+    policy = get_policy(name)
+    placements = policy(queue, cluster, tab, 50.0)
+    # Valid: each job queued and placed once, as many GPUs as asked, at most two jobs per GPU, allowed pairs.
+    check_placements(placements, queue, cluster, tab, name)
+    jobs = [p.job for p in placements]
+    assert len(jobs) == len(set(jobs))
+    occupancy = cluster.occupancy().copy()
+    for p in placements:
+        occupancy[list(p.gpus)] += 1
+    assert occupancy.max() <= 2
+    # Deterministic: the same inputs give the same placements.
+    assert policy(queue, cluster, tab, 50.0) == placements
+    if name.startswith("exclusive") or name in ("pm-first", "pal"):
+        assert all(cluster.occupancy()[list(p.gpus)].max() == 0 for p in placements)
+
+
+def test_check_placements_catches_bad_policies():
+    queue = make_queue([(5, 10, 1, 0), (6, 10, 2, 0)])
+    cluster = make_cluster([[-1, -1], [0, 1]], n_jobs=10)
+    tab = table(np.full((1, 1), 1.5))
+    from sharewise.policy.base import InvalidPlacementError
+
+    for bad, msg in [
+        ([Placement(5, (0,)), Placement(5, (0,))], "twice"),
+        ([Placement(7, (0,))], "not in the queue"),
+        ([Placement(6, (0,))], "asked for 2"),
+        ([Placement(5, (1,))], "already holds 2"),
+        ([Placement(5, (9,))], "has GPUs 0..1"),
+    ]:
+        with pytest.raises(InvalidPlacementError, match=msg):
+            check_placements(bad, queue, cluster, tab, "bad")
+
+
+def test_smallest_first_is_a_prefix_of_the_stable_sort():
+    keys = np.random.default_rng(0).integers(0, 20, 500).astype(float)
+    full = np.argsort(keys, kind="stable")
+    for m in (1, 5, 64, 499):
+        got = smallest_first(keys, m)
+        assert got.shape[0] >= m and np.array_equal(got, full[: got.shape[0]])
+
+
+# ---- SJF-BSBF, by hand ------------------------------------------------------------------------------
+def test_sharing_times_hand_computed():
+    # f_a = 15 < f_b = 120: t_con = e_b/2 + (1 - 1/(2 s_b)) f_a = 50 + (1 - 1/2.4) * 15 = 58.75.
+    t_con, t_seq = sharing_times(np.array([10.0]), np.array([100.0]), np.array([1.5]), np.array([1.2]))
+    assert t_con[0] == pytest.approx(58.75) and t_seq[0] == pytest.approx(105.0)
+    # f_a = 300 >= f_b = 30: t_con = e_a/2 + (1 - 1/(2 s_a)) f_b = 50 + (1 - 1/6) * 30 = 75 > t_seq = 60.
+    t_con, t_seq = sharing_times(np.array([100.0]), np.array([10.0]), np.array([3.0]), np.array([3.0]))
+    assert t_con[0] == pytest.approx(75.0) and t_seq[0] == pytest.approx(60.0)
+
+
+def _bsbf_case(e_a, e_b_list, s_ab, s_ba):
+    n = len(e_b_list)
+    resident = [[j, -1] for j in range(n)]
+    remaining = np.zeros(20)
+    remaining[:n] = e_b_list
+    workload = np.zeros(20, np.int64)
+    workload[:n] = 1  # residents run workload b
+    cluster = make_cluster(resident, 20, remaining=remaining, workload=workload)
+    p = np.array([[2.0, s_ab], [s_ba, 2.0]])
+    queue = make_queue([(10, e_a, 1, 0)])
+    return sjf_bsbf(queue, cluster, table(p), 0.0)
+
+
+def test_bsbf_shares_when_t_con_below_t_seq_and_picks_lowest_t_con():
+    # Residents with 100 s and 50 s left: t_con 58.75 and 33.75, both below t_seq: the 50 s one wins.
+    assert _bsbf_case(10.0, [100.0, 50.0], 1.5, 1.2) == [Placement(10, (1,))]
+
+
+def test_bsbf_waits_when_sharing_does_not_pay():
+    assert _bsbf_case(100.0, [10.0], 3.0, 3.0) == []
+
+
+def test_bsbf_uses_free_gpus_first_and_shortest_job_first():
+    cluster = make_cluster([[-1, -1], [0, -1]], 20, remaining=np.full(20, 1000.0))
+    queue = make_queue([(10, 500.0, 1, 0), (11, 5.0, 1, 0)])
+    placements = sjf_bsbf(queue, cluster, table(np.full((1, 1), 1.2)), 0.0)
+    assert placements[0] == Placement(11, (0,))  # the shorter job takes the free GPU
+    assert placements[1] == Placement(10, (1,))  # the other shares: t_con 658.3 < t_seq 1250
+
+
+def test_sjf_ffs_shares_without_looking_at_slowdowns():
+    cluster = make_cluster([[0, -1]], 20, remaining=np.full(20, 10.0))
+    queue = make_queue([(10, 1000.0, 1, 0)])
+    assert get_policy("sjf-ffs")(queue, cluster, table(np.full((1, 1), 9.0)), 0.0) == [Placement(10, (0,))]
+    forbid = table(np.full((1, 1), 1.1), allowed=np.zeros((1, 1), bool))
+    assert get_policy("sjf-ffs")(queue, cluster, forbid, 0.0) == []
+
+
+# ---- ours ------------------------------------------------------------------------------------------
+def test_shared_completion_hand_computed():
+    c_a, c_b = shared_completion(np.array([2.0]), np.array([4.0]), np.array([1.5]), np.array([1.5]))
+    assert (c_a[0], c_b[0]) == pytest.approx((3.0, 5.0))
+
+
+def _ours_case(p50, p90, e_a=100.0, e_b=10_000.0, slo=2.0, start_b=0.0, work_b=10_000.0):
+    remaining = np.zeros(20)
+    remaining[0] = e_b
+    workload = np.zeros(20, np.int64)
+    workload[0] = 1
+    start = np.zeros(20)
+    start[0] = start_b
+    work = np.ones(20)
+    work[0] = work_b
+    cluster = make_cluster([[0, -1]], 20, remaining=remaining, workload=workload, start=start, work=work, slo=slo)
+    queue = make_queue([(10, e_a, 1, 0)])
+    return sharewise(queue, cluster, table(p50, p90), 0.0)
+
+
+def test_sharewise_shares_within_the_slo_at_p90():
+    p50 = np.array([[2.0, 1.3], [1.2, 2.0]])
+    assert _ours_case(p50, p50 * 1.2) == [Placement(10, (0,))]
+    # The newcomer would run 2.4x slower at p90: over the SLO of 2.
+    assert _ours_case(p50, np.array([[2.0, 2.4], [1.2, 2.0]])) == []
+    # The resident has already used its budget (it ran 19,000 s for 10,000 s of work): no partner.
+    assert _ours_case(p50, p50 * 1.2, start_b=-19_000.0, e_b=1.0) == []
+
+
+def test_sharewise_waits_rather_than_stretching_a_long_job():
+    # Sharing would stretch both jobs by thousands of seconds, while a GPU frees up at once (the resident
+    # ends in 10 s): waiting is cheaper.
+    p50 = np.array([[2.0, 1.9], [1.9, 2.0]])
+    assert _ours_case(p50, p50, e_a=50_000.0, e_b=10.0, work_b=10.0) == []
+
+
+# ---- PAL and PM-First --------------------------------------------------------------------------------
+def test_pm_first_gives_the_fastest_gpus_to_the_longest_job():
+    cluster = make_cluster(np.full((4, 2), -1), 10, speed=[0.8, 1.0, 0.9, 0.7])
+    queue = make_queue([(1, 10.0, 1, 0), (2, 500.0, 1, 0)])
+    placements = pm_first(queue, cluster, table(np.full((1, 1), 1.5)), 0.0)
+    assert sorted(placements) == [Placement(1, (2,)), Placement(2, (1,))]
+
+
+def test_pal_trades_speed_for_locality():
+    speed = [1.0, 0.6, 0.95, 0.95, 0.9, 0.2]
+    node = [0, 0, 1, 1, 1, 1]
+    queue = make_queue([(1, 10.0, 2, 0)])
+    tab = table(np.full((1, 1), 1.5))
+    # No locality penalty: the two fastest GPUs, across nodes (min speed 0.95).
+    cluster = make_cluster(np.full((6, 2), -1), 10, speed=speed, node=node, cross=1.0)
+    assert pal(queue, cluster, tab, 0.0) == [Placement(1, (0, 2))]
+    # A 1.2x cross-node penalty makes node 1's GPUs 2 and 3 (0.95, same node) the best.
+    cluster = make_cluster(np.full((6, 2), -1), 10, speed=speed, node=node, cross=1.2)
+    assert pal(queue, cluster, tab, 0.0) == [Placement(1, (2, 3))]
+    assert pm_first(queue, cluster, tab, 0.0) == [Placement(1, (0, 2))]
+
+
+# ---- the slowdown table ------------------------------------------------------------------------------
+def _pairs(rows, device="gpu-x"):
+    return pd.DataFrame(
+        [{"workload_a": a, "workload_b": b, "status": st, "slowdown_a": sa, "slowdown_b": sb,
+          "device_name": device, "mode": "timeslice"} for a, b, st, sa, sb in rows]
+    )
+
+
+def test_table_from_pairs_gives_both_directions_and_forbids_oom():
+    t = SlowdownTable.from_pairs(
+        _pairs([("a", "b", "ok", 1.2, 1.6), ("b", "a", "ok", 1.8, 1.4), ("a", "c", "oom", np.nan, np.nan),
+                ("c", "c", "ok", 1.5, 1.5), ("a", "c", "ok", 1.1, 1.1)])
+    )
+    ids = t.ids(["a", "b", "c"])
+    p10, p50, p90 = t.quantiles(ids[[0, 1]], ids[[1, 0]])
+    assert p50.tolist() == pytest.approx([1.3, 1.7])  # (1.2 + 1.4) / 2 and (1.6 + 1.8) / 2
+    assert p10.tolist() == p50.tolist() == p90.tolist()
+    assert not t.may_share(ids[[0]], ids[[2]])[0]  # oom wins over an ok row
+    assert t.may_share(ids[[2]], ids[[2]])[0]
+    with pytest.raises(UnknownWorkloadError, match="known workloads: a, b, c"):
+        t.ids(["zeta"])
+
+
+def test_table_needs_a_device_choice_when_ambiguous():
+    pairs = pd.concat([_pairs([("a", "b", "ok", 1.2, 1.3)]), _pairs([("a", "b", "ok", 1.5, 1.5)], "gpu-y")])
+    with pytest.raises(ConfigError, match=r"\['gpu-x', 'gpu-y'\].*--device-name"):
+        SlowdownTable.from_pairs(pairs)
+    assert SlowdownTable.from_pairs(pairs, device_name="gpu-y").p50[0, 1] == 1.5
+    with pytest.raises(DatasetError, match="gpu-z"):
+        SlowdownTable.from_pairs(pairs, device_name="gpu-z")
+
+
+def test_table_from_predictions_sorts_crossing_quantiles():
+    pred = pd.DataFrame(
+        {"workload_a": ["a"], "workload_b": ["b"], "device_name": ["gpu-x"], "p10_a": [1.5], "p50_a": [1.2],
+         "p90_a": [1.9], "p10_b": [1.1], "p50_b": [1.2], "p90_b": [1.3]}
+    )
+    t = SlowdownTable.from_predictions(pred)
+    assert (t.p10[0, 1], t.p50[0, 1], t.p90[0, 1]) == (1.2, 1.5, 1.9)
+    assert not t.allowed[0, 0]  # never predicted
+    with pytest.raises(SchemaError, match="missing column"):
+        SlowdownTable.from_predictions(pred.drop(columns=["p90_b"]))
+
+
+# ---- recommend -------------------------------------------------------------------------------------
+def _queue(workloads, remaining=None, gpus=None):
+    df = pd.DataFrame({"job_id": [f"j{i}" for i in range(len(workloads))], "workload": workloads})
+    if remaining is not None:
+        df["remaining_s"] = remaining
+    if gpus is not None:
+        df["gpus"] = gpus
+    return df
+
+
+def test_recommend_pairs_only_within_max_slowdown():
+    p50 = np.array([[1.3, 1.2], [1.25, 1.4]])
+    p90 = np.array([[1.6, 1.5], [2.6, 1.7]])  # b next to a: p90 2.6
+    plan = plan_pairs(_queue(["a", "b", "a", "b"]), table(p50, p90), gpus=2, max_slowdown=2.0)
+    kinds = sorted(tuple(p["workloads"]) for p in plan.placements)
+    assert kinds == [("a", "a"), ("b", "b")]  # a with b would break the SLO at p90
+    plan = plan_pairs(_queue(["a", "b", "a", "b"]), table(p50, p90), gpus=2, max_slowdown=3.0)
+    assert sorted(tuple(p["workloads"]) for p in plan.placements) == [("a", "b"), ("a", "b")]
+    assert all(p["kind"] == "pair" for p in plan.placements) and not plan.waiting
+    assert plan.throughput == pytest.approx(2 * (1 / 1.2 + 1 / 1.25))
+    assert plan.exclusive_throughput == pytest.approx(2.0)
+
+
+def test_recommend_leaves_jobs_alone_when_gpus_suffice_and_respects_memory():
+    p50 = np.full((2, 2), 1.1)
+    plan = plan_pairs(_queue(["a", "b"]), table(p50), gpus=2)
+    assert [p["kind"] for p in plan.placements] == ["alone", "alone"]
+    profiles = pd.DataFrame(
+        {"workload": ["a", "b"], "f_mem_peak_reserved_bytes": [6e9, 3e9], "f_device_mem_bytes": [10e9, 10e9]}
+    )
+    fits, note = memory_fit(profiles, ["a", "b"])
+    assert fits.tolist() == [[False, True], [True, True]] and "GiB" in note
+    plan = plan_pairs(_queue(["a", "a", "b"]), table(p50).restricted(fits), gpus=2)
+    assert sorted(tuple(p["workloads"]) for p in plan.placements) == [("a",), ("a", "b")]
+
+
+def test_recommend_joins_residents_and_keeps_multi_gpu_jobs_alone():
+    p50 = np.array([[1.2, 1.1], [1.15, 1.3]])
+    cluster = pd.DataFrame(
+        {"gpu": ["g0", "g1", "g2", "g2"], "job_id": ["", "r1", "r2", "r3"], "workload": ["", "b", "a", "a"]}
+    )
+    plan = plan_pairs(_queue(["a", "a", "b"], gpus=[1, 1, 2]), table(p50), cluster=cluster)
+    by_kind = {p["kind"]: p for p in plan.placements}
+    assert by_kind["join"]["gpus"] == ["g1"] and by_kind["join"]["jobs"][1] == "r1"
+    assert by_kind["alone"]["jobs"] == ["j0"] and by_kind["alone"]["gpus"] == ["g0"]
+    assert plan.waiting == ["j2"]  # the 2-GPU job finds only one free GPU
+    with pytest.raises(TraceError, match="third job"):
+        plan_pairs(_queue(["a"]), table(p50), cluster=pd.concat([cluster, cluster.tail(1)]))
+
+
+def test_recommend_exact_and_greedy_agree_on_a_small_case_and_auto_says_which():
+    rng = np.random.default_rng(4)
+    p50 = rng.uniform(1.05, 1.9, (3, 3))
+    queue = _queue(list(rng.choice(WORKLOADS, 12)), remaining=rng.uniform(10, 100, 12))
+    exact = plan_pairs(queue, table(p50), gpus=5, method="exact")
+    greedy = plan_pairs(queue, table(p50), gpus=5, method="greedy")
+    assert exact.method == "exact" and greedy.method == "greedy"
+    assert greedy.throughput <= exact.throughput + 1e-9
+    assert greedy.throughput >= 0.9 * exact.throughput
+    simple = plan_pairs(_queue(["a", "a"]), table(np.full((1, 1), 1.25)), gpus=1, method="greedy")
+    assert simple.throughput == pytest.approx(1.6)
+    auto = plan_pairs(queue, table(p50), gpus=5, exact_max_variables=3)
+    assert auto.method == "greedy" and "exceed the exact limit" in auto.method_note
+    # Within a workload type, the job with less remaining time goes first.
+    one = plan_pairs(_queue(["a", "a"], remaining=[50, 5]), table(np.full((1, 1), 3.0)), gpus=1)
+    assert one.placements[0]["jobs"] == ["j1"] and one.waiting == ["j0"]
+
+
+def test_recommend_queue_errors_name_the_line():
+    tab = table(np.full((1, 1), 1.2))
+    with pytest.raises(TraceError, match="line 3: column 'gpus'"):
+        plan_pairs(_queue(["a", "a"], gpus=["1", "x"]), tab, gpus=1)
+    with pytest.raises(TraceError, match="line 3: job_id 'j0' appears twice"):
+        plan_pairs(pd.DataFrame({"job_id": ["j0", "j0"], "workload": ["a", "a"]}), tab, gpus=1)
+    with pytest.raises(UnknownWorkloadError, match="zeta"):
+        plan_pairs(_queue(["zeta"]), tab, gpus=1)
+    with pytest.raises(ConfigError, match="--gpus N"):
+        plan_pairs(_queue(["a"]), tab)
+
+
+# ---- CLI ------------------------------------------------------------------------------------------
+def run_cli(argv: list[str]) -> int:
+    try:
+        main(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    return 0
+
+
+def test_cli_policies_lists_the_registry(capsys):
+    assert run_cli(["policies", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["name"] for r in rows] == list(REGISTRY) and all(r["summary"] for r in rows)
+
+
+@pytest.mark.parametrize("command", ["policies", "simulate", "recommend"])
+def test_cli_commands_have_help(command, capsys):
+    assert run_cli([command, "--help"]) == 0
+    assert "Example:" in capsys.readouterr().out
+
+
+def _tiny_dataset(folder: Path) -> Path:
+    from sharewise.datasets.store import Dataset
+
+    names = ["w0", "w1", "w2", "w3"]
+    rng = np.random.default_rng(0)
+    feats: dict = {"f_busy_frac": [0.3, 0.5, 0.7, 0.9], "f_mem_peak_reserved_bytes": [2e9, 3e9, 4e9, 9e9],
+             "f_device_mem_bytes": [16e9] * 4}
+    profiles = pd.DataFrame(
+        {"workload": names, "family": ["x", "x", "y", "z"], "batch_size": 8, "device_kind": "cuda",
+         "device_name": "gpu-x", "mode": "timeslice", "host": "h", "torch_version": "", "created_at": "t",
+         "iter_time_ms": [10.0, 20.0, 30.0, 40.0], "throughput": [100.0, 50.0, 33.0, 25.0], **feats}
+    )
+    rows = []
+    for i in range(4):
+        for j in range(i, 4):
+            sa = 1.0 + feats["f_busy_frac"][j] * rng.uniform(0.8, 1.2)
+            sb = 1.0 + feats["f_busy_frac"][i] * rng.uniform(0.8, 1.2)
+            rows.append({"workload_a": names[i], "workload_b": names[j], "device_kind": "cuda",
+                         "device_name": "gpu-x", "mode": "timeslice", "solo_a": 1.0, "solo_b": 1.0,
+                         "coloc_a": 1 / sa, "coloc_b": 1 / sb, "slowdown_a": sa, "slowdown_b": sb, "trials": 1,
+                         "cv_a": 0.0, "cv_b": 0.0, "status": "ok", "error": "", "created_at": "t"})
+    ds = Dataset(folder)
+    ds.write_profiles(profiles)
+    ds.write_pairs(pd.DataFrame(rows))
+    return folder
+
+
+def test_cli_recommend_json_and_bad_queue(tmp_path, capsys):
+    pytest.importorskip("xgboost")
+    from sharewise.datasets.store import Dataset
+    from sharewise.predictor import train_model
+
+    data = _tiny_dataset(tmp_path / "data")
+    ds = Dataset(data)
+    model = train_model(ds.read_profiles(), ds.read_pairs(), n_estimators=20)
+    model.save(tmp_path / "model.json")
+    queue = tmp_path / "queue.csv"
+    queue.write_text("job_id,workload,remaining_s\nq1,w0,100\nq2,w1,50\nq3,w2,10\nq4,w0,70\nq5,w3,20\n")
+    argv = ["recommend", "--model", str(tmp_path / "model.json"), "--data", str(data), "--queue", str(queue),
+            "--gpus", "2", "--max-slowdown", "5", "--json"]
+    assert run_cli(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["method"] == "exact"
+    placed = [j for p in out["placements"] for j in p["jobs"]]
+    assert len(placed) == len(set(placed)) and len(placed) + len(out["waiting"]) == 5
+    for p in out["placements"]:
+        assert len(p["gpus"]) == 1 and len(p["jobs"]) <= 2
+        if p["kind"] != "alone":
+            assert max(p["p90"]) <= 5 and "why" in p and p["why"]["a"]
+            assert p["workloads"] != ["w3", "w3"]  # 2 x 9 GB does not fit in 16 GB
+    assert run_cli(argv[:-1]) == 0  # the table
+    assert "GPU-equivalents" in capsys.readouterr().out
+    bad = tmp_path / "bad.csv"
+    bad.write_text("job,workload\nq1,w0\n")
+    assert run_cli([*argv[:6], str(bad), "--gpus", "2"]) == 2
+    assert "missing column(s) ['job_id']" in capsys.readouterr().err

@@ -1,0 +1,339 @@
+"""The cluster simulator: golden trace, trace validation, event mechanics, and the public traces."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from sharewise.cli import main
+from sharewise.datasets.store import Dataset
+from sharewise.errors import TraceError
+from sharewise.policy import Placement, get_policy, policy_names
+from sharewise.policy.base import InvalidPlacementError
+from sharewise.policy.experiment import SimulationConfig, run_simulation
+from sharewise.policy.simulator import Cluster, simulate
+from sharewise.policy.table import SlowdownTable
+from sharewise.policy.traces import (
+    Trace,
+    check_trace,
+    read_gavel_trace,
+    read_generic_csv,
+    read_philly_csv,
+)
+
+GOLDEN = Path(__file__).resolve().parent / "golden"
+DEVICE = "gpu-x"
+
+
+def golden_dataset(folder: Path) -> Path:
+    """Write the golden truth (tests/golden/profiles.csv, pairs.csv) as a dataset folder; return it."""
+    prof = pd.read_csv(GOLDEN / "profiles.csv")
+    profiles = prof.assign(
+        device_kind="cuda", device_name=DEVICE, mode="timeslice", host="h", torch_version="",
+        created_at="2026-01-01T00:00:00+00:00", iter_time_ms=1000.0 / prof["throughput"],
+    )
+    raw = pd.read_csv(GOLDEN / "pairs.csv")
+    ok = raw["status"] == "ok"
+    pairs = raw.assign(
+        device_kind="cuda", device_name=DEVICE, mode="timeslice",
+        solo_a=np.where(ok, 1.0, np.nan), solo_b=np.where(ok, 1.0, np.nan),
+        coloc_a=1.0 / raw["slowdown_a"], coloc_b=1.0 / raw["slowdown_b"],
+        trials=1, cv_a=np.where(ok, 0.0, np.nan), cv_b=np.where(ok, 0.0, np.nan), error="",
+        created_at="2026-01-01T00:00:00+00:00",
+    )
+    ds = Dataset(folder)
+    ds.write_profiles(profiles)
+    ds.write_pairs(pairs)
+    return folder
+
+
+def run_cli(argv: list[str]) -> int:
+    """Run ``sharewise.cli.main``; return its exit code (0 when it returns normally)."""
+    try:
+        main(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    return 0
+
+
+def golden_config(data: Path) -> SimulationConfig:
+    return SimulationConfig(
+        trace=str(GOLDEN / "trace.csv"),
+        data=str(data),
+        n_gpus=6,
+        gpus_per_node=4,
+        predictions=str(GOLDEN / "predictions.csv"),
+        speed_sigma=0.1,
+        cross_node_slowdown=1.25,
+        seed=3,
+    )
+
+
+def test_golden_trace(tmp_path):
+    """Every policy on the golden trace gives exactly the stored metrics.
+
+    The expected file is written by the function the CLI calls (``run_simulation``). After an intended
+    change of behaviour, regenerate it and review the diff:
+
+        SHAREWISE_REGEN_GOLDEN=1 .venv/bin/pytest tests/test_simulator.py -k golden
+    """
+    report = run_simulation(golden_config(golden_dataset(tmp_path / "truth")))
+    got = report.to_json()
+    expected_path = GOLDEN / "simulate_expected.json"
+    if os.environ.get("SHAREWISE_REGEN_GOLDEN"):
+        expected_path.write_text(json.dumps(got, indent=2) + "\n")
+    expected = json.loads(expected_path.read_text())
+    assert got == expected
+    assert set(got["policies"]) == set(policy_names())
+
+
+def test_golden_cli_matches_library(tmp_path, capsys):
+    data = golden_dataset(tmp_path / "truth")
+    cfg = golden_config(data)
+    argv = [
+        "simulate", cfg.trace, "--data", str(data), "--gpus", "6", "--gpus-per-node", "4",
+        "--predictions", cfg.predictions, "--speed-sigma", "0.1", "--cross-node-slowdown", "1.25",
+        "--seed", "3", "--json", "--plot", str(tmp_path / "plots"),
+    ]
+    assert run_cli(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out == json.loads((GOLDEN / "simulate_expected.json").read_text())
+    assert (tmp_path / "plots" / "jct_cdf.png").stat().st_size > 0
+
+
+def test_simulation_is_deterministic(tmp_path):
+    data = golden_dataset(tmp_path / "truth")
+    a = run_simulation(golden_config(data)).to_json()
+    b = run_simulation(golden_config(data)).to_json()
+    assert a == b
+
+
+def test_oracle_and_observe_run(tmp_path):
+    data = golden_dataset(tmp_path / "truth")
+    base = golden_config(data)
+    for cfg in (
+        SimulationConfig(**{**base.__dict__, "predictions": None, "oracle": True}),
+        SimulationConfig(**{**base.__dict__, "observe": True, "policies": ("sharewise",)}),
+    ):
+        report = run_simulation(cfg)
+        assert report.n_jobs == 40
+        for r in report.results.values():
+            assert np.all(r.finish >= r.start) and np.all(r.start >= r.arrival)
+
+
+# ---- event mechanics on hand-computed cases -------------------------------------------------------
+def _table(s_ab=1.5, s_ba=1.25) -> SlowdownTable:
+    p = np.array([[2.0, s_ab], [s_ba, 2.0]])
+    return SlowdownTable(["a", "b"], p, p, p, np.ones((2, 2), bool), device_name=DEVICE, source="measured")
+
+
+def _trace(rows) -> Trace:
+    rows = list(rows)
+    return Trace(
+        job_id=np.array([f"j{i}" for i in range(len(rows))], dtype=object),
+        arrival=np.array([r[0] for r in rows], float),
+        duration=np.array([r[1] for r in rows], float),
+        gpus=np.array([r[2] for r in rows], np.int64),
+        workload=np.array([r[3] for r in rows], dtype=object),
+        line=np.arange(2, len(rows) + 2),
+        source="inline",
+    )
+
+
+def _share_everything(queue, cluster, table, now):
+    """Put every queued 1-GPU job on GPU 0 while it has room (a test policy)."""
+    occ = cluster.occupancy()
+    out = []
+    for j in queue.job.tolist():
+        if occ[0] < 2:
+            out.append(Placement(j, (0,)))
+            occ[0] += 1
+    return out
+
+
+def test_two_jobs_sharing_hand_computed():
+    # a (100 s) and b (60 s) start together; a runs at 1/1.5, b at 1/1.25. b ends at 75 s, when a has done
+    # 50 s of work; a then runs alone for its last 50 s and ends at 125 s.
+    trace = _trace([(0, 100, 1, "a"), (0, 60, 1, "b")])
+    r = simulate(trace, _share_everything, _table(), cluster=Cluster(1, 1), slo=1.3)
+    assert r.finish == pytest.approx([125.0, 75.0])
+    assert r.realized_slowdown == pytest.approx([1.25, 1.25])
+    assert r.metrics["slo_violations"] == 0
+    assert r.metrics["utilization"] == pytest.approx(1.0)
+    r = simulate(trace, _share_everything, _table(), cluster=Cluster(1, 1), slo=1.2)
+    assert r.metrics["slo_violations"] == 2
+
+
+def test_multi_gpu_job_runs_at_its_slowest_gpu_and_pays_for_spanning_nodes():
+    trace = _trace([(0, 100, 2, "a")])
+    speeds = (1.0, 0.5, 1.0, 1.0)
+
+    def on_gpus(gpus):
+        return lambda q, c, t, now: [Placement(int(j), gpus) for j in q.job]
+
+    r = simulate(trace, on_gpus((0, 1)), _table(), cluster=Cluster(4, 2, speeds=speeds))
+    assert r.finish[0] == pytest.approx(200.0)  # GPU 1 runs at half speed
+    r = simulate(trace, on_gpus((0, 2)), _table(), cluster=Cluster(4, 2, speeds=speeds, cross_node_slowdown=1.5))
+    assert r.finish[0] == pytest.approx(150.0)  # GPUs 0 and 2 sit on different nodes
+    assert r.realized_slowdown[0] == pytest.approx(1.0)  # slowness of the hardware is not interference
+
+
+def test_invalid_placements_are_refused():
+    trace = _trace([(0, 10, 1, "a"), (0, 10, 1, "b"), (0, 10, 1, "a")])
+    with pytest.raises(InvalidPlacementError, match="already holds 2 jobs"):
+        simulate(trace, lambda q, c, t, now: [Placement(int(j), (0,)) for j in q.job], _table(),
+                 cluster=Cluster(2, 2))
+    with pytest.raises(InvalidPlacementError, match="asked for 1"):
+        simulate(trace, lambda q, c, t, now: [Placement(int(q.job[0]), (0, 1))], _table(), cluster=Cluster(2, 2))
+    forbid = SlowdownTable(["a", "b"], *([np.full((2, 2), 1.5)] * 3), np.eye(2, dtype=bool))
+    with pytest.raises(InvalidPlacementError, match="may not share"):
+        simulate(_trace([(0, 10, 1, "a"), (0, 10, 1, "b")]), _share_everything, forbid, cluster=Cluster(1, 1))
+
+
+def test_a_policy_that_never_places_is_reported():
+    with pytest.raises(InvalidPlacementError, match="idle cluster"):
+        simulate(_trace([(0, 10, 1, "a")]), lambda q, c, t, now: [], _table(), cluster=Cluster(1, 1))
+
+
+@pytest.mark.parametrize("name", policy_names())
+def test_every_policy_finishes_a_random_trace(name):
+    rng = np.random.default_rng(11)
+    n = 60
+    w = ["a", "b"]
+    trace = _trace(
+        (float(t), float(d), int(g), w[int(k)])
+        for t, d, g, k in zip(
+            np.sort(rng.uniform(0, 2000, n)), rng.uniform(10, 500, n), rng.choice([1, 1, 2, 3], n),
+            rng.integers(0, 2, n),
+        )
+    )
+    cluster = Cluster(6, 3, speeds=tuple(rng.uniform(0.7, 1.0, 6)))
+    r1 = simulate(trace, get_policy(name), _table(), cluster=cluster, name=name)
+    r2 = simulate(trace, get_policy(name), _table(), cluster=cluster, name=name)
+    assert np.all(np.isfinite(r1.finish)) and np.all(r1.start >= r1.arrival)
+    assert np.array_equal(r1.finish, r2.finish)
+
+
+# ---- trace validation -------------------------------------------------------------------------------
+def _write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        ("j1,0,10,1,a\nj2,5,10,1,a\nj3,2,10,1,a\n", r"trace\.csv:4: arrival_s 2 is earlier"),
+        ("j1,-1,10,1,a\n", r"trace\.csv:2: column 'arrival_s' must be a number >= 0"),
+        ("j1,0,ten,1,a\n", r"trace\.csv:2: column 'duration_s' must be a positive number, got 'ten'"),
+        ("j1,0,10,1.5,a\n", r"trace\.csv:2: column 'gpus' must be a whole number"),
+        ("j1,0,10,0,a\n", r"trace\.csv:2: column 'gpus' must be a positive number"),
+        ("j1,0,10,1,a\nj1,3,10,1,a\n", r"trace\.csv:3: job_id 'j1' repeats the job of line 2"),
+        ("j1,0,10,1,\n", r"trace\.csv:2: column 'workload' is empty"),
+    ],
+)
+def test_generic_csv_errors_name_the_line(tmp_path, body, message):
+    path = _write(tmp_path, "trace.csv", "job_id,arrival_s,duration_s,gpus,workload\n" + body)
+    with pytest.raises(TraceError, match=message):
+        read_generic_csv(path)
+
+
+def test_generic_csv_missing_columns(tmp_path):
+    path = _write(tmp_path, "trace.csv", "job_id,arrival,duration_s,gpus,workload\nj1,0,1,1,a\n")
+    with pytest.raises(TraceError, match=r"missing column\(s\) \['arrival_s'\]"):
+        read_generic_csv(path)
+
+
+@pytest.mark.parametrize(
+    "lines, message",
+    [
+        (["a\tcmd\t-n\t1\t100\t0\t1", "a\tcmd\t-n\t1\t100\t5"], r"x\.trace:2: expected 7 tab-separated fields"),
+        (["a\tcmd\t-n\t1\t100\t10\t1", "a\tcmd\t-n\t1\t100\t5\t1"], r"x\.trace:2: arrival_time_s 5 is earlier"),
+        (["a\tcmd\t-n\t1\t100\t-3\t1"], r"x\.trace:1: arrival_time_s must be >= 0"),
+        (["zeta\tcmd\t-n\t1\t100\t0\t1"], r"x\.trace:1: job type 'zeta' has no isolated throughput"),
+        (["a\tcmd\t-n\t1\tmany\t0\t1"], r"x\.trace:1: total_steps must be a number"),
+        (["a\tcmd\t-n\t1\t100\t0\t0.5"], r"x\.trace:1: scale_factor must be a whole number"),
+    ],
+)
+def test_gavel_trace_errors_name_the_line(tmp_path, lines, message):
+    path = _write(tmp_path, "x.trace", "\n".join(lines) + "\n")
+    with pytest.raises(TraceError, match=message):
+        read_gavel_trace(path, {"a": 2.0})
+
+
+def test_gavel_trace_duration_is_steps_over_isolated_throughput(tmp_path):
+    path = _write(tmp_path, "x.trace", "a\tcmd\t-n\t1\t100\t0\t1\na\tcmd\t-n\t1\t50\t7\t4\n")
+    trace = read_gavel_trace(path, {"a": 2.0})
+    assert trace.duration.tolist() == [50.0, 25.0]
+    assert trace.gpus.tolist() == [1, 4] and trace.line.tolist() == [1, 2]
+
+
+def test_philly_csv_is_sorted_and_its_draw_is_seeded(tmp_path):
+    text = (
+        "timestamp,duration,num_gpus,gpu_time,cluster\n"
+        "2017-10-09 07:01:55,66.0,1,66.0,c\n2017-10-09 06:13:03,10.0,2,20.0,c\n2017-10-09 08:00:00,5.0,1,5.0,c\n"
+    )
+    path = _write(tmp_path, "philly.csv", text)
+    t1 = read_philly_csv(path, ["a", "b"], seed=1)
+    t2 = read_philly_csv(path, ["b", "a"], seed=1)
+    assert t1.arrival.tolist() == [0.0, 2932.0, 6417.0]
+    assert t1.line.tolist() == [3, 2, 4]
+    assert t1.workload.tolist() == t2.workload.tolist()
+    bad = _write(tmp_path, "bad.csv", "timestamp,duration,num_gpus\nyesterday,1,1\n")
+    with pytest.raises(TraceError, match=r"bad\.csv:2: column 'timestamp'"):
+        read_philly_csv(bad, ["a"])
+
+
+def test_check_trace_names_unknown_workloads_and_oversized_jobs():
+    trace = _trace([(0, 1, 1, "a"), (0, 1, 9, "zeta")])
+    with pytest.raises(TraceError, match=r"inline:3: workload 'zeta'"):
+        check_trace(trace, ["a"], 16)
+    with pytest.raises(TraceError, match=r"inline:3: job asks for 9 GPUs, the cluster has 8"):
+        check_trace(trace, ["a", "zeta"], 8)
+
+
+def test_cli_bad_trace_exits_2_with_the_line(tmp_path, capsys):
+    data = golden_dataset(tmp_path / "truth")
+    path = _write(tmp_path, "t.csv", "job_id,arrival_s,duration_s,gpus,workload\nj1,5,10,1,alpha\nj2,1,10,1,alpha\n")
+    assert run_cli(["simulate", str(path), "--data", str(data), "--oracle", "--gpus", "4"]) == 2
+    assert "t.csv:3" in capsys.readouterr().err
+
+
+def test_cli_ambiguous_device_lists_names(tmp_path, capsys):
+    data = golden_dataset(tmp_path / "truth")
+    other = Dataset(data).read_pairs().assign(device_name="gpu-y")
+    Dataset(data).write_pairs(other)
+    assert run_cli(["simulate", str(GOLDEN / "trace.csv"), "--data", str(data), "--oracle"]) == 2
+    err = capsys.readouterr().err
+    assert "gpu-x" in err and "gpu-y" in err and "--device-name" in err
+
+
+# ---- public traces (skipped when ../shared/data is absent) -------------------------------------------
+def test_public_traces_load(shared_data, tmp_path):
+    from sharewise.datasets.importers import get_importer
+
+    get_importer("gavel")(shared_data / "gavel" / "simulation_throughputs.json", tmp_path / "gavel",
+                          static_features=False)
+    profiles = Dataset(tmp_path / "gavel").read_profiles()
+    v100 = profiles[profiles["device_name"] == "v100"]
+    trace = read_gavel_trace(
+        shared_data / "gavel" / "traces_msr_seed0" / "6214e9.trace", dict(zip(v100["workload"], v100["throughput"]))
+    )
+    assert len(trace) == 2000 and trace.gpus.max() == 8
+    philly = read_philly_csv(shared_data / "philly" / "philly.csv", ["a", "b"], seed=0)
+    assert len(philly) == 82247 and np.all(np.diff(philly.arrival) >= 0)
+    cfg = SimulationConfig(
+        trace=str(shared_data / "gavel" / "traces_msr_seed0" / "6214e9.trace"), data=str(tmp_path / "gavel"),
+        device_name="v100", oracle=True, max_jobs=300, policies=("sjf-bsbf", "sharewise"),
+    )
+    report = run_simulation(cfg)
+    assert report.n_jobs == 300
+    assert report.results["sharewise"].metrics["slo_violations"] <= report.results["sjf-bsbf"].metrics[
+        "slo_violations"
+    ]
