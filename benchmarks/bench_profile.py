@@ -24,7 +24,9 @@ def profile_once(workload: str, out: Path, cache: Path) -> float:
     began = time.perf_counter()
     proc = subprocess.run(
         [sys.executable, "-m", "sharewise", "profile", workload, "--out", str(out)],
-        env=env, capture_output=True, text=True,
+        env=env,
+        capture_output=True,
+        text=True,
     )
     wall = time.perf_counter() - began
     if proc.returncode != 0:
@@ -37,7 +39,10 @@ def main(argv: list[str]) -> None:
     from sharewise.profiler.workloads import REGISTRY
 
     names = argv or sorted(REGISTRY)
-    print(f"{'workload':16s} {'cold s':>8s} {'warm s':>8s} {'cold/target':>12s} {'features':>9s} {'steps/s':>9s} {'CV':>6s}")
+    print(
+        f"{'workload':16s} {'cold s':>8s} {'warm s':>8s} {'cold/target':>12s} {'features':>9s} "
+        f"{'steps/s':>9s} {'CV':>6s}"
+    )
     colds = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
@@ -47,10 +52,14 @@ def main(argv: list[str]) -> None:
             row = Dataset(Path(tmp) / "cold").read_profiles().set_index("workload").loc[name]
             n_feat = sum(1 for c in row.index if c.startswith("f_") and row[c] == row[c])
             colds.append(cold)
-            print(f"{name:16s} {cold:8.1f} {warm:8.1f} {cold / TARGET_S:12.2f} {n_feat:9d} "
-                  f"{row['throughput']:9.2f} {row['cv'] * 100:5.1f}%")
-    print(f"max cold {max(colds):.1f} s, mean {sum(colds) / len(colds):.1f} s; target {TARGET_S:.0f} s -> "
-          f"{'OK' if max(colds) <= TARGET_S else 'OVER'}")
+            print(
+                f"{name:16s} {cold:8.1f} {warm:8.1f} {cold / TARGET_S:12.2f} {n_feat:9d} "
+                f"{row['throughput']:9.2f} {row['cv'] * 100:5.1f}%"
+            )
+    print(
+        f"max cold {max(colds):.1f} s, mean {sum(colds) / len(colds):.1f} s; target {TARGET_S:.0f} s -> "
+        f"{'OK' if max(colds) <= TARGET_S else 'OVER'}"
+    )
 
 
 if __name__ == "__main__":

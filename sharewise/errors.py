@@ -2,7 +2,7 @@
 
 
 class SharewiseError(Exception):
-    """Base class: a user-facing problem whose message says what was expected, what was got and how to fix it."""
+    """Base class: a user-facing problem; the message says what was expected, what was got, how to fix it."""
 
 
 class UnknownWorkloadError(SharewiseError, KeyError):
@@ -54,3 +54,7 @@ class ConfigError(SharewiseError, ValueError):
 
 class MissingDependencyError(SharewiseError, ImportError):
     """An optional dependency (Ray, XGBoost, pynvml) is not installed."""
+
+
+class InvalidPlacementError(SharewiseError, RuntimeError):
+    """A policy returned a placement the cluster cannot run (a bug in the policy, not in the user's input)."""

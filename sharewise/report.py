@@ -13,7 +13,9 @@ import pandas as pd
 from sharewise.errors import DatasetError
 
 
-def synthetic_trace(workloads: list[str], n_jobs: int, n_gpus: int, seed: int = 0, load: float = 1.6) -> pd.DataFrame:
+def synthetic_trace(
+    workloads: list[str], n_jobs: int, n_gpus: int, seed: int = 0, load: float = 1.6
+) -> pd.DataFrame:
     """Return a seeded generic-CSV job trace over ``workloads`` (``job_id, arrival_s, duration_s, gpus, workload``).
 
     Arrivals are Poisson with a rate that asks for ``load`` times the cluster's GPU-seconds, durations
@@ -69,7 +71,9 @@ def heatmap_png(matrix: pd.DataFrame, title: str, path: Path) -> Path:
     return path
 
 
-def predicted_vs_measured(profiles: pd.DataFrame, pairs: pd.DataFrame, group_by: str = "workload") -> pd.DataFrame:
+def predicted_vs_measured(
+    profiles: pd.DataFrame, pairs: pd.DataFrame, group_by: str = "workload"
+) -> pd.DataFrame:
     """Return one row per direction of each ok pair: measured slowdown and the out-of-fold p10/p50/p90.
 
     Predictions come from models that never saw the held-out ``group_by`` group of either workload.
@@ -77,7 +81,7 @@ def predicted_vs_measured(profiles: pd.DataFrame, pairs: pd.DataFrame, group_by:
     from sharewise.predictor import out_of_fold_predictions
 
     ok = pairs[pairs["status"] == "ok"].reset_index(drop=True)
-    pred = out_of_fold_predictions(profiles, ok, group_by=group_by)
+    pred = out_of_fold_predictions(profiles, ok, group_by=group_by, holdout="self")
     rows = []
     for side in ("a", "b"):
         rows.append(
@@ -101,9 +105,15 @@ def scatter_png(frame: pd.DataFrame, path: Path, title: str) -> Path:
     lo = float(min(frame["measured"].min(), frame["p50"].min())) * 0.95
     hi = float(max(frame["measured"].max(), frame["p90"].max())) * 1.05
     ax.errorbar(
-        frame["measured"], frame["p50"],
+        frame["measured"],
+        frame["p50"],
         yerr=[frame["p50"] - frame["p10"], frame["p90"] - frame["p50"]],
-        fmt="o", ms=4, alpha=0.7, elinewidth=0.8, capsize=2, label="p50 (bars: p10-p90)",
+        fmt="o",
+        ms=4,
+        alpha=0.7,
+        elinewidth=0.8,
+        capsize=2,
+        label="p50 (bars: p10-p90)",
     )
     ax.plot([lo, hi], [lo, hi], "k--", lw=1, label="perfect")
     ax.set_xlim(lo, hi)
@@ -175,8 +185,10 @@ def write_report(
     for k, ((dev, mode), group) in enumerate(ok.groupby(["device_name", "mode"])):
         matrix = slowdown_matrix(group)
         png = heatmap_png(matrix, f"measured slowdown: {dev}, mode {mode}", out / f"heatmap_{k}.png")
-        sections.append(f"<h2>Measured slowdowns ({html.escape(dev)}, {html.escape(mode)})</h2>"
-                        f"<img src='{png.name}'>" + matrix.round(2).to_html(na_rep="-"))
+        sections.append(
+            f"<h2>Measured slowdowns ({html.escape(dev)}, {html.escape(mode)})</h2>"
+            f"<img src='{png.name}'>" + matrix.round(2).to_html(na_rep="-")
+        )
 
     n_workloads = len(set(ok["workload_a"]) | set(ok["workload_b"]))
     if n_workloads >= 3:
@@ -186,8 +198,11 @@ def write_report(
         pvm = predicted_vs_measured(profiles, ok, group_by=group_by)
         err = (pvm["p50"] - pvm["measured"]).abs() / pvm["measured"]
         inside = ((pvm["measured"] >= pvm["p10"]) & (pvm["measured"] <= pvm["p90"])).mean()
-        png = scatter_png(pvm, out / "predicted_vs_measured.png",
-                          f"held-out {group_by}: MAPE {err.mean() * 100:.1f}%, {inside * 100:.0f}% in p10-p90")
+        png = scatter_png(
+            pvm,
+            out / "predicted_vs_measured.png",
+            f"held-out {group_by}: MAPE {err.mean() * 100:.1f}%, {inside * 100:.0f}% in p10-p90",
+        )
         pvm.to_csv(out / "predicted_vs_measured.csv", index=False)
         sections.append(
             f"<h2>Predicted vs measured (each {group_by} unseen in training)</h2>"
@@ -206,8 +221,10 @@ def write_report(
         if col in table:
             table[col] = (table[col].astype(float) / 3600).round(2)
     table = table.rename(columns={c: f"{c} (h)" for c in ("avg_jct", "p95_jct", "makespan", "avg_queue")})
-    sections.append(f"<h2>Simulated job completion times</h2><p>{where}</p><img src='{png.name}'>"
-                    + table.to_html(float_format=lambda v: f"{v:.3g}"))
+    sections.append(
+        f"<h2>Simulated job completion times</h2><p>{where}</p><img src='{png.name}'>"
+        + table.to_html(float_format=lambda v: f"{v:.3g}")
+    )
     page = out / "index.html"
     page.write_text(
         "<!doctype html><html><head><meta charset='utf-8'><title>sharewise report</title><style>"
@@ -233,12 +250,20 @@ def _simulate_synthetic(data: str, out: Path, n_gpus: int, n_jobs: int, seed: in
     trace_path = out / "synthetic_trace.csv"
     trace.to_csv(trace_path, index=False)
     config = SimulationConfig(
-        trace=str(trace_path), data=data, n_gpus=n_gpus, gpus_per_node=min(8, n_gpus),
-        device_name=device, mode=mode, group_by="workload", seed=seed,
+        trace=str(trace_path),
+        data=data,
+        n_gpus=n_gpus,
+        gpus_per_node=min(8, n_gpus),
+        device_name=device,
+        mode=mode,
+        group_by="workload",
+        seed=seed,
     )
     report = run_simulation(config)
     sim = report.to_json()
     (out / "simulation.json").write_text(json.dumps(sim, indent=2))
-    where = (f"synthetic trace of {n_jobs} jobs (seed {seed}) over the measured workloads on {device}; truth: measured "
-             f"pairs; policies see {html.escape(report.view)} predictions")
+    where = (
+        f"synthetic trace of {n_jobs} jobs (seed {seed}) over the measured workloads on {device}; truth: measured "
+        f"pairs; policies see {html.escape(report.view)} predictions"
+    )
     return sim, where

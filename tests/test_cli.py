@@ -36,7 +36,9 @@ def test_every_command_has_help_and_an_example(name, cmd):
 
 
 def test_python_dash_m_works():
-    proc = subprocess.run([sys.executable, "-m", "sharewise", "--help"], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "sharewise", "--help"], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 0 and "profile" in proc.stdout
 
 

@@ -10,8 +10,16 @@ from sharewise.profiler.modes import Placement, placements
 from sharewise.profiler.pair import PairTask, aggregate, cv, measure_pair
 from sharewise.profiler.session import RepeatResult, Window, common_window
 
-FAST = RunConfig(window_s=0.5, repeats=3, max_repeats=4, warmup_steps=10, idle_wait_s=2.0, disturbance_retries=1,
-                 features=False, timeout_s=120)
+FAST = RunConfig(
+    window_s=0.5,
+    repeats=3,
+    max_repeats=4,
+    warmup_steps=10,
+    idle_wait_s=2.0,
+    disturbance_retries=1,
+    features=False,
+    timeout_s=120,
+)
 
 
 def _task(user_spec, a, b):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -44,8 +43,18 @@ def make_queue(rows) -> Queue:
     )
 
 
-def make_cluster(resident, n_jobs=100, remaining=None, workload=None, speed=None, node=None, start=None,
-                 work=None, slo=2.0, cross=1.0) -> ClusterState:
+def make_cluster(
+    resident,
+    n_jobs=100,
+    remaining=None,
+    workload=None,
+    speed=None,
+    node=None,
+    start=None,
+    work=None,
+    slo=2.0,
+    cross=1.0,
+) -> ClusterState:
     resident = np.asarray(resident, np.int64).reshape(-1, 2)
     g = resident.shape[0]
     return ClusterState(
@@ -65,7 +74,13 @@ def make_cluster(resident, n_jobs=100, remaining=None, workload=None, speed=None
 # ---- registry and invariants ------------------------------------------------------------------------
 def test_registry_names_and_unknown_policy():
     assert policy_names() == [
-        "exclusive-fifo", "exclusive-sjf", "sjf-ffs", "sjf-bsbf", "pm-first", "pal", "sharewise",
+        "exclusive-fifo",
+        "exclusive-sjf",
+        "sjf-ffs",
+        "sjf-bsbf",
+        "pm-first",
+        "pal",
+        "sharewise",
     ]
     with pytest.raises(ConfigError, match="known policies: exclusive-fifo, exclusive-sjf, pal"):
         get_policy("round-robin")
@@ -92,8 +107,15 @@ def _random_state(seed: int):
         workload=job_workload[queued],
     )
     cluster = make_cluster(
-        resident, n_jobs, remaining=job_remaining, workload=job_workload, speed=rng.uniform(0.8, 1.0, n_gpus),
-        node=np.arange(n_gpus) // 4, start=np.zeros(n_jobs), work=job_remaining * 1.2, cross=1.2,
+        resident,
+        n_jobs,
+        remaining=job_remaining,
+        workload=job_workload,
+        speed=rng.uniform(0.8, 1.0, n_gpus),
+        node=np.arange(n_gpus) // 4,
+        start=np.zeros(n_jobs),
+        work=job_remaining * 1.2,
+        cross=1.2,
     )
     p50 = rng.uniform(1.0, 2.2, (3, 3))
     allowed = np.ones((3, 3), bool)
@@ -183,7 +205,9 @@ def test_bsbf_uses_free_gpus_first_and_shortest_job_first():
     queue = make_queue([(10, 500.0, 1, 0), (11, 5.0, 1, 0)])
     placements = sjf_bsbf(queue, cluster, table(np.full((1, 1), 1.2)), 0.0)
     assert placements[0] == Placement(11, (0,))  # the shorter job takes the free GPU
-    assert placements[1] == Placement(10, (1,))  # the other shares: t_con 658.3 < t_seq 1250
+    # The other then shares, and prefers the job just started (t_con 253.5 < t_seq 255) over the resident
+    # with 1,000 s left (t_con 850 < t_seq 1,250): ascending t_con.
+    assert placements[1] == Placement(10, (0,))
 
 
 def test_sjf_ffs_shares_without_looking_at_slowdowns():
@@ -209,7 +233,9 @@ def _ours_case(p50, p90, e_a=100.0, e_b=10_000.0, slo=2.0, start_b=0.0, work_b=1
     start[0] = start_b
     work = np.ones(20)
     work[0] = work_b
-    cluster = make_cluster([[0, -1]], 20, remaining=remaining, workload=workload, start=start, work=work, slo=slo)
+    cluster = make_cluster(
+        [[0, -1]], 20, remaining=remaining, workload=workload, start=start, work=work, slo=slo
+    )
     queue = make_queue([(10, e_a, 1, 0)])
     return sharewise(queue, cluster, table(p50, p90), 0.0)
 
@@ -219,8 +245,9 @@ def test_sharewise_shares_within_the_slo_at_p90():
     assert _ours_case(p50, p50 * 1.2) == [Placement(10, (0,))]
     # The newcomer would run 2.4x slower at p90: over the SLO of 2.
     assert _ours_case(p50, np.array([[2.0, 2.4], [1.2, 2.0]])) == []
-    # The resident has already used its budget (it ran 19,000 s for 10,000 s of work): no partner.
-    assert _ours_case(p50, p50 * 1.2, start_b=-19_000.0, e_b=1.0) == []
+    # The resident has (almost) used its budget: it ran 19,999.5 s for 10,000 s of work and has 1 s left.
+    assert _ours_case(p50, p50 * 1.2, start_b=-19_999.5, e_b=1.0) == []
+    assert _ours_case(p50, p50 * 1.2, start_b=-19_000.0, e_b=1.0) == [Placement(10, (0,))]
 
 
 def test_sharewise_waits_rather_than_stretching_a_long_job():
@@ -239,14 +266,14 @@ def test_pm_first_gives_the_fastest_gpus_to_the_longest_job():
 
 
 def test_pal_trades_speed_for_locality():
-    speed = [1.0, 0.6, 0.95, 0.95, 0.9, 0.2]
+    speed = [1.0, 0.6, 0.97, 0.9, 0.9, 0.2]
     node = [0, 0, 1, 1, 1, 1]
     queue = make_queue([(1, 10.0, 2, 0)])
     tab = table(np.full((1, 1), 1.5))
-    # No locality penalty: the two fastest GPUs, across nodes (min speed 0.95).
+    # No locality penalty: the two fastest GPUs, across nodes (min speed 0.97).
     cluster = make_cluster(np.full((6, 2), -1), 10, speed=speed, node=node, cross=1.0)
     assert pal(queue, cluster, tab, 0.0) == [Placement(1, (0, 2))]
-    # A 1.2x cross-node penalty makes node 1's GPUs 2 and 3 (0.95, same node) the best.
+    # A 1.2x cross-node penalty (0.97 / 1.2 = 0.81) makes node 1's GPUs 2 and 3 (0.9, one node) the best.
     cluster = make_cluster(np.full((6, 2), -1), 10, speed=speed, node=node, cross=1.2)
     assert pal(queue, cluster, tab, 0.0) == [Placement(1, (2, 3))]
     assert pm_first(queue, cluster, tab, 0.0) == [Placement(1, (0, 2))]
@@ -255,15 +282,32 @@ def test_pal_trades_speed_for_locality():
 # ---- the slowdown table ------------------------------------------------------------------------------
 def _pairs(rows, device="gpu-x"):
     return pd.DataFrame(
-        [{"workload_a": a, "workload_b": b, "status": st, "slowdown_a": sa, "slowdown_b": sb,
-          "device_name": device, "mode": "timeslice"} for a, b, st, sa, sb in rows]
+        [
+            {
+                "workload_a": a,
+                "workload_b": b,
+                "status": st,
+                "slowdown_a": sa,
+                "slowdown_b": sb,
+                "device_name": device,
+                "mode": "timeslice",
+            }
+            for a, b, st, sa, sb in rows
+        ]
     )
 
 
 def test_table_from_pairs_gives_both_directions_and_forbids_oom():
     t = SlowdownTable.from_pairs(
-        _pairs([("a", "b", "ok", 1.2, 1.6), ("b", "a", "ok", 1.8, 1.4), ("a", "c", "oom", np.nan, np.nan),
-                ("c", "c", "ok", 1.5, 1.5), ("a", "c", "ok", 1.1, 1.1)])
+        _pairs(
+            [
+                ("a", "b", "ok", 1.2, 1.6),
+                ("b", "a", "ok", 1.8, 1.4),
+                ("a", "c", "oom", np.nan, np.nan),
+                ("c", "c", "ok", 1.5, 1.5),
+                ("a", "c", "ok", 1.1, 1.1),
+            ]
+        )
     )
     ids = t.ids(["a", "b", "c"])
     p10, p50, p90 = t.quantiles(ids[[0, 1]], ids[[1, 0]])
@@ -286,8 +330,17 @@ def test_table_needs_a_device_choice_when_ambiguous():
 
 def test_table_from_predictions_sorts_crossing_quantiles():
     pred = pd.DataFrame(
-        {"workload_a": ["a"], "workload_b": ["b"], "device_name": ["gpu-x"], "p10_a": [1.5], "p50_a": [1.2],
-         "p90_a": [1.9], "p10_b": [1.1], "p50_b": [1.2], "p90_b": [1.3]}
+        {
+            "workload_a": ["a"],
+            "workload_b": ["b"],
+            "device_name": ["gpu-x"],
+            "p10_a": [1.5],
+            "p50_a": [1.2],
+            "p90_a": [1.9],
+            "p10_b": [1.1],
+            "p50_b": [1.2],
+            "p90_b": [1.3],
+        }
     )
     t = SlowdownTable.from_predictions(pred)
     assert (t.p10[0, 1], t.p50[0, 1], t.p90[0, 1]) == (1.2, 1.5, 1.9)
@@ -340,7 +393,8 @@ def test_recommend_joins_residents_and_keeps_multi_gpu_jobs_alone():
     plan = plan_pairs(_queue(["a", "a", "b"], gpus=[1, 1, 2]), table(p50), cluster=cluster)
     by_kind = {p["kind"]: p for p in plan.placements}
     assert by_kind["join"]["gpus"] == ["g1"] and by_kind["join"]["jobs"][1] == "r1"
-    assert by_kind["alone"]["jobs"] == ["j0"] and by_kind["alone"]["gpus"] == ["g0"]
+    assert by_kind["alone"]["gpus"] == ["g0"]
+    assert {by_kind["alone"]["jobs"][0], by_kind["join"]["jobs"][0]} == {"j0", "j1"}
     assert plan.waiting == ["j2"]  # the 2-GPU job finds only one free GPU
     with pytest.raises(TraceError, match="third job"):
         plan_pairs(_queue(["a"]), table(p50), cluster=pd.concat([cluster, cluster.tail(1)]))
@@ -402,22 +456,53 @@ def _tiny_dataset(folder: Path) -> Path:
 
     names = ["w0", "w1", "w2", "w3"]
     rng = np.random.default_rng(0)
-    feats: dict = {"f_busy_frac": [0.3, 0.5, 0.7, 0.9], "f_mem_peak_reserved_bytes": [2e9, 3e9, 4e9, 9e9],
-             "f_device_mem_bytes": [16e9] * 4}
+    feats: dict = {
+        "f_busy_frac": [0.3, 0.5, 0.7, 0.9],
+        "f_mem_peak_reserved_bytes": [2e9, 3e9, 4e9, 9e9],
+        "f_device_mem_bytes": [16e9] * 4,
+    }
     profiles = pd.DataFrame(
-        {"workload": names, "family": ["x", "x", "y", "z"], "batch_size": 8, "device_kind": "cuda",
-         "device_name": "gpu-x", "mode": "timeslice", "host": "h", "torch_version": "", "created_at": "t",
-         "iter_time_ms": [10.0, 20.0, 30.0, 40.0], "throughput": [100.0, 50.0, 33.0, 25.0], **feats}
+        {
+            "workload": names,
+            "family": ["x", "x", "y", "z"],
+            "batch_size": 8,
+            "device_kind": "cuda",
+            "device_name": "gpu-x",
+            "mode": "timeslice",
+            "host": "h",
+            "torch_version": "",
+            "created_at": "t",
+            "iter_time_ms": [10.0, 20.0, 30.0, 40.0],
+            "throughput": [100.0, 50.0, 33.0, 25.0],
+            **feats,
+        }
     )
     rows = []
     for i in range(4):
         for j in range(i, 4):
             sa = 1.0 + feats["f_busy_frac"][j] * rng.uniform(0.8, 1.2)
             sb = 1.0 + feats["f_busy_frac"][i] * rng.uniform(0.8, 1.2)
-            rows.append({"workload_a": names[i], "workload_b": names[j], "device_kind": "cuda",
-                         "device_name": "gpu-x", "mode": "timeslice", "solo_a": 1.0, "solo_b": 1.0,
-                         "coloc_a": 1 / sa, "coloc_b": 1 / sb, "slowdown_a": sa, "slowdown_b": sb, "trials": 1,
-                         "cv_a": 0.0, "cv_b": 0.0, "status": "ok", "error": "", "created_at": "t"})
+            rows.append(
+                {
+                    "workload_a": names[i],
+                    "workload_b": names[j],
+                    "device_kind": "cuda",
+                    "device_name": "gpu-x",
+                    "mode": "timeslice",
+                    "solo_a": 1.0,
+                    "solo_b": 1.0,
+                    "coloc_a": 1 / sa,
+                    "coloc_b": 1 / sb,
+                    "slowdown_a": sa,
+                    "slowdown_b": sb,
+                    "trials": 1,
+                    "cv_a": 0.0,
+                    "cv_b": 0.0,
+                    "status": "ok",
+                    "error": "",
+                    "created_at": "t",
+                }
+            )
     ds = Dataset(folder)
     ds.write_profiles(profiles)
     ds.write_pairs(pd.DataFrame(rows))
@@ -435,8 +520,20 @@ def test_cli_recommend_json_and_bad_queue(tmp_path, capsys):
     model.save(tmp_path / "model.json")
     queue = tmp_path / "queue.csv"
     queue.write_text("job_id,workload,remaining_s\nq1,w0,100\nq2,w1,50\nq3,w2,10\nq4,w0,70\nq5,w3,20\n")
-    argv = ["recommend", "--model", str(tmp_path / "model.json"), "--data", str(data), "--queue", str(queue),
-            "--gpus", "2", "--max-slowdown", "5", "--json"]
+    argv = [
+        "recommend",
+        "--model",
+        str(tmp_path / "model.json"),
+        "--data",
+        str(data),
+        "--queue",
+        str(queue),
+        "--gpus",
+        "2",
+        "--max-slowdown",
+        "5",
+        "--json",
+    ]
     assert run_cli(argv) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["method"] == "exact"

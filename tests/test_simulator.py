@@ -34,16 +34,28 @@ def golden_dataset(folder: Path) -> Path:
     """Write the golden truth (tests/golden/profiles.csv, pairs.csv) as a dataset folder; return it."""
     prof = pd.read_csv(GOLDEN / "profiles.csv")
     profiles = prof.assign(
-        device_kind="cuda", device_name=DEVICE, mode="timeslice", host="h", torch_version="",
-        created_at="2026-01-01T00:00:00+00:00", iter_time_ms=1000.0 / prof["throughput"],
+        device_kind="cuda",
+        device_name=DEVICE,
+        mode="timeslice",
+        host="h",
+        torch_version="",
+        created_at="2026-01-01T00:00:00+00:00",
+        iter_time_ms=1000.0 / prof["throughput"],
     )
     raw = pd.read_csv(GOLDEN / "pairs.csv")
     ok = raw["status"] == "ok"
     pairs = raw.assign(
-        device_kind="cuda", device_name=DEVICE, mode="timeslice",
-        solo_a=np.where(ok, 1.0, np.nan), solo_b=np.where(ok, 1.0, np.nan),
-        coloc_a=1.0 / raw["slowdown_a"], coloc_b=1.0 / raw["slowdown_b"],
-        trials=1, cv_a=np.where(ok, 0.0, np.nan), cv_b=np.where(ok, 0.0, np.nan), error="",
+        device_kind="cuda",
+        device_name=DEVICE,
+        mode="timeslice",
+        solo_a=np.where(ok, 1.0, np.nan),
+        solo_b=np.where(ok, 1.0, np.nan),
+        coloc_a=1.0 / raw["slowdown_a"],
+        coloc_b=1.0 / raw["slowdown_b"],
+        trials=1,
+        cv_a=np.where(ok, 0.0, np.nan),
+        cv_b=np.where(ok, 0.0, np.nan),
+        error="",
         created_at="2026-01-01T00:00:00+00:00",
     )
     ds = Dataset(folder)
@@ -96,9 +108,25 @@ def test_golden_cli_matches_library(tmp_path, capsys):
     data = golden_dataset(tmp_path / "truth")
     cfg = golden_config(data)
     argv = [
-        "simulate", cfg.trace, "--data", str(data), "--gpus", "6", "--gpus-per-node", "4",
-        "--predictions", cfg.predictions, "--speed-sigma", "0.1", "--cross-node-slowdown", "1.25",
-        "--seed", "3", "--json", "--plot", str(tmp_path / "plots"),
+        "simulate",
+        cfg.trace,
+        "--data",
+        str(data),
+        "--gpus",
+        "6",
+        "--gpus-per-node",
+        "4",
+        "--predictions",
+        cfg.predictions,
+        "--speed-sigma",
+        "0.1",
+        "--cross-node-slowdown",
+        "1.25",
+        "--seed",
+        "3",
+        "--json",
+        "--plot",
+        str(tmp_path / "plots"),
     ]
     assert run_cli(argv) == 0
     out = json.loads(capsys.readouterr().out)
@@ -178,7 +206,9 @@ def test_multi_gpu_job_runs_at_its_slowest_gpu_and_pays_for_spanning_nodes():
 
     r = simulate(trace, on_gpus((0, 1)), _table(), cluster=Cluster(4, 2, speeds=speeds))
     assert r.finish[0] == pytest.approx(200.0)  # GPU 1 runs at half speed
-    r = simulate(trace, on_gpus((0, 2)), _table(), cluster=Cluster(4, 2, speeds=speeds, cross_node_slowdown=1.5))
+    r = simulate(
+        trace, on_gpus((0, 2)), _table(), cluster=Cluster(4, 2, speeds=speeds, cross_node_slowdown=1.5)
+    )
     assert r.finish[0] == pytest.approx(150.0)  # GPUs 0 and 2 sit on different nodes
     assert r.realized_slowdown[0] == pytest.approx(1.0)  # slowness of the hardware is not interference
 
@@ -186,10 +216,16 @@ def test_multi_gpu_job_runs_at_its_slowest_gpu_and_pays_for_spanning_nodes():
 def test_invalid_placements_are_refused():
     trace = _trace([(0, 10, 1, "a"), (0, 10, 1, "b"), (0, 10, 1, "a")])
     with pytest.raises(InvalidPlacementError, match="already holds 2 jobs"):
-        simulate(trace, lambda q, c, t, now: [Placement(int(j), (0,)) for j in q.job], _table(),
-                 cluster=Cluster(2, 2))
+        simulate(
+            trace,
+            lambda q, c, t, now: [Placement(int(j), (0,)) for j in q.job],
+            _table(),
+            cluster=Cluster(2, 2),
+        )
     with pytest.raises(InvalidPlacementError, match="asked for 1"):
-        simulate(trace, lambda q, c, t, now: [Placement(int(q.job[0]), (0, 1))], _table(), cluster=Cluster(2, 2))
+        simulate(
+            trace, lambda q, c, t, now: [Placement(int(q.job[0]), (0, 1))], _table(), cluster=Cluster(2, 2)
+        )
     forbid = SlowdownTable(["a", "b"], *([np.full((2, 2), 1.5)] * 3), np.eye(2, dtype=bool))
     with pytest.raises(InvalidPlacementError, match="may not share"):
         simulate(_trace([(0, 10, 1, "a"), (0, 10, 1, "b")]), _share_everything, forbid, cluster=Cluster(1, 1))
@@ -208,8 +244,11 @@ def test_every_policy_finishes_a_random_trace(name):
     trace = _trace(
         (float(t), float(d), int(g), w[int(k)])
         for t, d, g, k in zip(
-            np.sort(rng.uniform(0, 2000, n)), rng.uniform(10, 500, n), rng.choice([1, 1, 2, 3], n),
+            np.sort(rng.uniform(0, 2000, n)),
+            rng.uniform(10, 500, n),
+            rng.choice([1, 1, 2, 3], n),
             rng.integers(0, 2, n),
+            strict=True,
         )
     )
     cluster = Cluster(6, 3, speeds=tuple(rng.uniform(0.7, 1.0, 6)))
@@ -253,8 +292,14 @@ def test_generic_csv_missing_columns(tmp_path):
 @pytest.mark.parametrize(
     "lines, message",
     [
-        (["a\tcmd\t-n\t1\t100\t0\t1", "a\tcmd\t-n\t1\t100\t5"], r"x\.trace:2: expected 7 tab-separated fields"),
-        (["a\tcmd\t-n\t1\t100\t10\t1", "a\tcmd\t-n\t1\t100\t5\t1"], r"x\.trace:2: arrival_time_s 5 is earlier"),
+        (
+            ["a\tcmd\t-n\t1\t100\t0\t1", "a\tcmd\t-n\t1\t100\t5"],
+            r"x\.trace:2: expected 7 tab-separated fields",
+        ),
+        (
+            ["a\tcmd\t-n\t1\t100\t10\t1", "a\tcmd\t-n\t1\t100\t5\t1"],
+            r"x\.trace:2: arrival_time_s 5 is earlier",
+        ),
         (["a\tcmd\t-n\t1\t100\t-3\t1"], r"x\.trace:1: arrival_time_s must be >= 0"),
         (["zeta\tcmd\t-n\t1\t100\t0\t1"], r"x\.trace:1: job type 'zeta' has no isolated throughput"),
         (["a\tcmd\t-n\t1\tmany\t0\t1"], r"x\.trace:1: total_steps must be a number"),
@@ -277,7 +322,8 @@ def test_gavel_trace_duration_is_steps_over_isolated_throughput(tmp_path):
 def test_philly_csv_is_sorted_and_its_draw_is_seeded(tmp_path):
     text = (
         "timestamp,duration,num_gpus,gpu_time,cluster\n"
-        "2017-10-09 07:01:55,66.0,1,66.0,c\n2017-10-09 06:13:03,10.0,2,20.0,c\n2017-10-09 08:00:00,5.0,1,5.0,c\n"
+        "2017-10-09 07:01:55,66.0,1,66.0,c\n2017-10-09 06:13:03,10.0,2,20.0,c\n"
+        "2017-10-09 08:00:00,5.0,1,5.0,c\n"
     )
     path = _write(tmp_path, "philly.csv", text)
     t1 = read_philly_csv(path, ["a", "b"], seed=1)
@@ -300,7 +346,9 @@ def test_check_trace_names_unknown_workloads_and_oversized_jobs():
 
 def test_cli_bad_trace_exits_2_with_the_line(tmp_path, capsys):
     data = golden_dataset(tmp_path / "truth")
-    path = _write(tmp_path, "t.csv", "job_id,arrival_s,duration_s,gpus,workload\nj1,5,10,1,alpha\nj2,1,10,1,alpha\n")
+    path = _write(
+        tmp_path, "t.csv", "job_id,arrival_s,duration_s,gpus,workload\nj1,5,10,1,alpha\nj2,1,10,1,alpha\n"
+    )
     assert run_cli(["simulate", str(path), "--data", str(data), "--oracle", "--gpus", "4"]) == 2
     assert "t.csv:3" in capsys.readouterr().err
 
@@ -318,22 +366,39 @@ def test_cli_ambiguous_device_lists_names(tmp_path, capsys):
 def test_public_traces_load(shared_data, tmp_path):
     from sharewise.datasets.importers import get_importer
 
-    get_importer("gavel")(shared_data / "gavel" / "simulation_throughputs.json", tmp_path / "gavel",
-                          static_features=False)
+    get_importer("gavel")(
+        shared_data / "gavel" / "simulation_throughputs.json", tmp_path / "gavel", static_features=False
+    )
     profiles = Dataset(tmp_path / "gavel").read_profiles()
     v100 = profiles[profiles["device_name"] == "v100"]
     trace = read_gavel_trace(
-        shared_data / "gavel" / "traces_msr_seed0" / "6214e9.trace", dict(zip(v100["workload"], v100["throughput"]))
+        shared_data / "gavel" / "traces_msr_seed0" / "6214e9.trace",
+        dict(zip(v100["workload"], v100["throughput"], strict=True)),
     )
     assert len(trace) == 2000 and trace.gpus.max() == 8
     philly = read_philly_csv(shared_data / "philly" / "philly.csv", ["a", "b"], seed=0)
     assert len(philly) == 82247 and np.all(np.diff(philly.arrival) >= 0)
     cfg = SimulationConfig(
-        trace=str(shared_data / "gavel" / "traces_msr_seed0" / "6214e9.trace"), data=str(tmp_path / "gavel"),
-        device_name="v100", oracle=True, max_jobs=300, policies=("sjf-bsbf", "sharewise"),
+        trace=str(shared_data / "gavel" / "traces_msr_seed0" / "6214e9.trace"),
+        data=str(tmp_path / "gavel"),
+        device_name="v100",
+        oracle=True,
+        max_jobs=300,
+        policies=("sjf-bsbf", "sharewise"),
     )
     report = run_simulation(cfg)
     assert report.n_jobs == 300
-    assert report.results["sharewise"].metrics["slo_violations"] <= report.results["sjf-bsbf"].metrics[
-        "slo_violations"
-    ]
+    assert (
+        report.results["sharewise"].metrics["slo_violations"]
+        <= report.results["sjf-bsbf"].metrics["slo_violations"]
+    )
+
+
+def test_synthetic_trace_round_trips_through_the_generic_csv(tmp_path):
+    from sharewise.policy.traces import synthetic_trace, write_generic_csv
+
+    trace = synthetic_trace(["alpha", "beta"], 50, seed=5, max_gpus=4)
+    again = read_generic_csv(write_generic_csv(trace, tmp_path / "t.csv"))
+    assert np.allclose(again.arrival, trace.arrival) and np.allclose(again.duration, trace.duration)
+    assert again.workload.tolist() == trace.workload.tolist() and set(again.gpus) <= {1, 2, 4}
+    assert synthetic_trace(["alpha", "beta"], 50, seed=5).workload.tolist() == trace.workload.tolist()

@@ -11,13 +11,37 @@ from sharewise.datasets.summary import directed_slowdowns, slowdown_matrix
 from sharewise.errors import DatasetError, DatasetLockedError, SchemaError
 
 PROFILE = dict(
-    workload="a", family="fa", batch_size=8, device_kind="cpu", device_name="cpu0", mode="cpu", host="h",
-    torch_version="2", created_at="2026-01-01T00:00:00", iter_time_ms=10.0, throughput=100.0, f_flops=1e9,
+    workload="a",
+    family="fa",
+    batch_size=8,
+    device_kind="cpu",
+    device_name="cpu0",
+    mode="cpu",
+    host="h",
+    torch_version="2",
+    created_at="2026-01-01T00:00:00",
+    iter_time_ms=10.0,
+    throughput=100.0,
+    f_flops=1e9,
 )
 PAIR = dict(
-    workload_a="a", workload_b="b", device_kind="cpu", device_name="cpu0", mode="cpu", solo_a=100.0,
-    solo_b=50.0, coloc_a=60.0, coloc_b=40.0, slowdown_a=100 / 60, slowdown_b=1.25, trials=3, cv_a=0.01,
-    cv_b=0.02, status="ok", error="", created_at="2026-01-01T00:00:00",
+    workload_a="a",
+    workload_b="b",
+    device_kind="cpu",
+    device_name="cpu0",
+    mode="cpu",
+    solo_a=100.0,
+    solo_b=50.0,
+    coloc_a=60.0,
+    coloc_b=40.0,
+    slowdown_a=100 / 60,
+    slowdown_b=1.25,
+    trials=3,
+    cv_a=0.01,
+    cv_b=0.02,
+    status="ok",
+    error="",
+    created_at="2026-01-01T00:00:00",
 )
 
 
@@ -87,7 +111,11 @@ def test_profile_missing_column():
 
 @pytest.mark.parametrize(
     "change, match",
-    [({"slowdown_a": -2.0}, "slowdown_a"), ({"status": "great"}, "status"), ({"coloc_b": math.nan}, "coloc_b")],
+    [
+        ({"slowdown_a": -2.0}, "slowdown_a"),
+        ({"status": "great"}, "status"),
+        ({"coloc_b": math.nan}, "coloc_b"),
+    ],
 )
 def test_pair_validation(change, match):
     with pytest.raises(SchemaError, match=match):
@@ -113,7 +141,9 @@ def test_reference_word_resolves_to_the_package(tmp_path, monkeypatch):
 
 
 def test_slowdown_matrix_directions():
-    pairs = validate_pairs(pd.DataFrame([PAIR, {**PAIR, "workload_b": "a", "slowdown_a": 2.0, "slowdown_b": 2.2}]), "t")
+    pairs = validate_pairs(
+        pd.DataFrame([PAIR, {**PAIR, "workload_b": "a", "slowdown_a": 2.0, "slowdown_b": 2.2}]), "t"
+    )
     directed = directed_slowdowns(pairs)
     assert len(directed) == 3  # a|b both ways, a|a once
     m = slowdown_matrix(pairs)

@@ -1,4 +1,4 @@
-"""CLI commands of the policy area: ``recommend`` (which queued jobs share a GPU), ``simulate``, ``policies``."""
+"""CLI of the policy area: ``recommend`` (which queued jobs share a GPU), ``simulate``, ``policies``."""
 
 from __future__ import annotations
 
@@ -25,6 +25,9 @@ def policies(as_json: bool = typer.Option(False, "--json", help="Print a JSON li
     for name in REGISTRY:
         func = get_policy(name)
         doc = (getattr(func, "func", func).__doc__ or "").strip().splitlines()[0]
+        knobs = getattr(func, "keywords", None)  # a functools.partial binds the knobs of a variant
+        if knobs:
+            doc += " [" + ", ".join(f"{k}={v}" for k, v in knobs.items()) + "]"
         rows.append({"name": name, "summary": doc})
     if as_json:
         print_json(rows)
@@ -58,7 +61,9 @@ def simulate(
     ),
     model: Path = typer.Option(None, "--model", help="Saved model.json whose predictions the policies see."),
     group_by: str = typer.Option(
-        "family", "--group-by", help="Out-of-fold predictions hold out this group: family | workload | device."
+        "family",
+        "--group-by",
+        help="Out-of-fold predictions hold out this group: family | workload | device.",
     ),
     max_slowdown: float = typer.Option(2.0, "--max-slowdown", help="SLO on a job's realized slowdown."),
     seed: int = typer.Option(0, "--seed", help="Seed of the Philly workload draw and of --speed-sigma."),
@@ -114,15 +119,27 @@ def simulate(
         print_json(report.to_json())
         return
     table = Table(
-        "policy", "avg JCT (h)", "p95 JCT (h)", "makespan (h)", "avg queue (h)", "GPU util", "SLO violations",
+        "policy",
+        "avg JCT (h)",
+        "p95 JCT (h)",
+        "makespan (h)",
+        "avg queue (h)",
+        "GPU util",
+        "SLO violations",
         "sim (s)",
         title=f"{report.n_jobs} jobs on {report.n_gpus} GPUs; policies see {report.view} slowdowns",
     )
     for name, r in report.results.items():
         m = r.metrics
         table.add_row(
-            name, _hours(m["avg_jct"]), _hours(m["p95_jct"]), _hours(m["makespan"]), _hours(m["avg_queue"]),
-            f"{m['utilization']:.3f}", str(m["slo_violations"]), f"{r.wall_s:.2f}",
+            name,
+            _hours(m["avg_jct"]),
+            _hours(m["p95_jct"]),
+            _hours(m["makespan"]),
+            _hours(m["avg_queue"]),
+            f"{m['utilization']:.3f}",
+            str(m["slo_violations"]),
+            f"{r.wall_s:.2f}",
         )
     console.print(table)
     for note in report.notes:
@@ -131,13 +148,15 @@ def simulate(
 
 def recommend(
     model: Path = typer.Option(..., "--model", "-m", help="Saved model.json (sharewise train)."),
-    data: str = typer.Option(..., "--data", "-d", help="Dataset with the solo profiles of the jobs' workloads."),
+    data: str = typer.Option(
+        ..., "--data", "-d", help="Dataset with the solo profiles of the jobs' workloads."
+    ),
     queue: Path = typer.Option(
-        ..., "--queue", "-q", help="Queue CSV: job_id, workload[, gpus, remaining_s]."
+        ..., "--queue", "-q", help="Queue CSV: job_id, workload, optional gpus and remaining_s."
     ),
     gpus: int = typer.Option(None, "--gpus", help="Number of free GPUs (or give --cluster)."),
     cluster: Path = typer.Option(
-        None, "--cluster", help="Cluster CSV: gpu[, node, job_id, workload] (one row per resident job)."
+        None, "--cluster", help="Cluster CSV: gpu, optional node, job_id, workload (a row per resident job)."
     ),
     max_slowdown: float = typer.Option(
         2.0, "--max-slowdown", help="A pair shares only if both predicted p90 slowdowns are at most this."
@@ -168,9 +187,17 @@ def recommend(
     if as_json:
         print_json(plan.to_json())
         return
-    gain_pct = 100.0 * (plan.throughput / plan.exclusive_throughput - 1.0) if plan.exclusive_throughput else 0.0
+    gain_pct = (
+        100.0 * (plan.throughput / plan.exclusive_throughput - 1.0) if plan.exclusive_throughput else 0.0
+    )
     table = Table(
-        "GPU", "jobs", "workloads", "p50 slowdown", "p90 slowdown", "gain", "why (top contributions, log units)",
+        "GPU",
+        "jobs",
+        "workloads",
+        "p50 slowdown",
+        "p90 slowdown",
+        "gain",
+        "why (top contributions, log units)",
         title=(
             f"{len(plan.placements)} placements, {len(plan.waiting)} job(s) waiting; expected throughput "
             f"{plan.throughput:.2f} GPU-equivalents vs {plan.exclusive_throughput:.2f} without sharing "
@@ -181,13 +208,15 @@ def recommend(
         why = p.get("why")
         reason = ""
         if why:
-            reason = "; ".join(
-                f"{c['feature']} {c['contribution']:+.2f}" for c in why["a"][:2]
-            )
+            reason = "; ".join(f"{c['feature']} {c['contribution']:+.2f}" for c in why["a"][:2])
         table.add_row(
-            ",".join(p["gpus"]), " + ".join(p["jobs"]), " + ".join(p["workloads"]),
-            " / ".join(f"{x:.2f}" for x in p["p50"]), " / ".join(f"{x:.2f}" for x in p["p90"]),
-            f"{p['gain']:+.2f}" if p["kind"] != "alone" else "alone", reason,
+            ",".join(p["gpus"]),
+            " + ".join(p["jobs"]),
+            " + ".join(p["workloads"]),
+            " / ".join(f"{x:.2f}" for x in p["p50"]),
+            " / ".join(f"{x:.2f}" for x in p["p90"]),
+            f"{p['gain']:+.2f}" if p["kind"] != "alone" else "alone",
+            reason,
         )
     console.print(table)
     console.print(f"method: {plan.method_note} ({plan.solve_s:.3f} s)")

@@ -273,7 +273,7 @@ def import_gavel(
 @import_app.command("csv")
 def import_csv(
     profiles: Path = typer.Option(
-        ..., "--profiles", "-p", help="CSV: workload, [family, device_name], numeric features."
+        ..., "--profiles", "-p", help="CSV: workload, optional family and device_name, numeric features."
     ),
     pairs: Path = typer.Option(
         ..., "--pairs", "-q", help="CSV: workload_a, workload_b, slowdown_a, slowdown_b, ..."

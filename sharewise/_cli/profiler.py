@@ -40,7 +40,9 @@ def workloads(as_json: bool = typer.Option(False, "--json", help="Print a JSON l
     if as_json:
         print_json(items)
         return
-    table = Table(title=f"{len(items)} built-in workloads (a workload of your own: path/to/file.py:ClassName)")
+    table = Table(
+        title=f"{len(items)} built-in workloads (a workload of your own: path/to/file.py:ClassName)"
+    )
     for col in ("name", "family", "batch", "kind", "description"):
         table.add_column(col)
     for it in items:
@@ -65,12 +67,21 @@ def _config(device, mode, size, batch_size, window, repeats, threads, timeout, *
 
 
 DEVICE = typer.Option("cpu", "--device", "-d", help="cpu, cuda or cuda:N.")
-MODE = typer.Option(None, "--mode", "-m", help="cpu | cpu-partition | timeslice | mps (default: cpu on CPU, timeslice on CUDA).")
+MODE = typer.Option(
+    None,
+    "--mode",
+    "-m",
+    help="cpu | cpu-partition | timeslice | mps (default: cpu on CPU, timeslice on CUDA).",
+)
 SIZE = typer.Option("small", "--size", help="Workload size knob: tiny | small | full.")
-BATCH = typer.Option(None, "--batch-size", "-b", help="Batch size for every workload (default: each one's own).")
+BATCH = typer.Option(
+    None, "--batch-size", "-b", help="Batch size for every workload (default: each one's own)."
+)
 WINDOW = typer.Option(2.0, "--window", help="Measurement window in seconds (extended to hold 10 steps).")
 THREADS = typer.Option(None, "--threads", help="Threads per process (default: the cores it may use).")
-TIMEOUT = typer.Option(300.0, "--timeout", help="Seconds one run may take before it is recorded as a timeout.")
+TIMEOUT = typer.Option(
+    300.0, "--timeout", help="Seconds one run may take before it is recorded as a timeout."
+)
 IDLE_WAIT = typer.Option(
     30.0, "--idle-wait", help="Seconds to wait for an idle machine before each run; then it runs anyway."
 )
@@ -88,7 +99,9 @@ def profile(
     threads: int = THREADS,
     timeout: float = TIMEOUT,
     idle_wait: float = IDLE_WAIT,
-    all_devices: bool = typer.Option(False, "--all-devices", help="Profile on every visible GPU; record PM scores."),
+    all_devices: bool = typer.Option(
+        False, "--all-devices", help="Profile on every visible GPU; record PM scores."
+    ),
     no_cache: bool = typer.Option(False, "--no-cache", help="Recompute features even when cached."),
 ):
     """Profile workloads alone: throughput, step-time percentiles, CV over repeats and f_* features.
@@ -99,41 +112,77 @@ def profile(
 
     config = _config(device, mode, size, batch_size, window, repeats, threads, timeout, idle_wait_s=idle_wait)
     table = Table(title=f"solo profiles -> {out}")
-    for col in ("workload", "device", "batch", "steps/s", "samples/s", "p50 ms", "p95 ms", "CV", "PM", "features", "time s"):
+    for col in (
+        "workload",
+        "device",
+        "batch",
+        "steps/s",
+        "samples/s",
+        "p50 ms",
+        "p95 ms",
+        "CV",
+        "PM",
+        "features",
+        "time s",
+    ):
         table.add_column(col, justify="right" if col not in ("workload", "device") else "left")
 
     def on_row(row):
         n_feat = sum(1 for k in row if k.startswith("f_"))
         pm = row.get("pm_score", math.nan)
         table.add_row(
-            row["workload"], row["device_name"], str(row["batch_size"]), f"{row['throughput']:.2f}",
-            f"{row['samples_per_s']:.1f}", f"{row['iter_p50_ms']:.1f}", f"{row['iter_p95_ms']:.1f}",
-            f"{row['cv'] * 100:.1f}%", "-" if pm != pm else f"{pm:.3f}", str(n_feat), f"{row['profile_s']:.1f}",
+            row["workload"],
+            row["device_name"],
+            str(row["batch_size"]),
+            f"{row['throughput']:.2f}",
+            f"{row['samples_per_s']:.1f}",
+            f"{row['iter_p50_ms']:.1f}",
+            f"{row['iter_p95_ms']:.1f}",
+            f"{row['cv'] * 100:.1f}%",
+            "-" if pm != pm else f"{pm:.3f}",
+            str(n_feat),
+            f"{row['profile_s']:.1f}",
         )
-        err_console.print(f"profiled {row['workload']} on {row['device_name']}: {row['throughput']:.2f} steps/s")
+        err_console.print(
+            f"profiled {row['workload']} on {row['device_name']}: {row['throughput']:.2f} steps/s"
+        )
 
     profile_many(workload, config, out=out, all_devices=all_devices, use_cache=not no_cache, on_row=on_row)
     console.print(table)
 
 
 def pairs(
-    workloads: list[str] = typer.Option(..., "--workloads", "-w", help="Comma-separated workloads (names or specs)."),
-    out: Path = typer.Option(..., "--out", "-o", help="Dataset folder (created if missing; resumes if present)."),
+    workloads: list[str] = typer.Option(
+        ..., "--workloads", "-w", help="Comma-separated workloads (names or specs)."
+    ),
+    out: Path = typer.Option(
+        ..., "--out", "-o", help="Dataset folder (created if missing; resumes if present)."
+    ),
     device: str = DEVICE,
     mode: str = MODE,
     size: str = SIZE,
     batch_size: int = BATCH,
     window: float = WINDOW,
-    repeats: int = typer.Option(3, "--repeats", help="Repeats per pair in fresh processes (more if CV > 5%)."),
+    repeats: int = typer.Option(
+        3, "--repeats", help="Repeats per pair in fresh processes (more if CV > 5%)."
+    ),
     max_repeats: int = typer.Option(6, "--max-repeats", help="Upper bound of repeats when CV stays high."),
     threads: int = THREADS,
     timeout: float = TIMEOUT,
     idle_wait: float = IDLE_WAIT,
-    retry_failed: bool = typer.Option(False, "--retry-failed", help="Rerun pairs recorded as failed or timeout."),
+    retry_failed: bool = typer.Option(
+        False, "--retry-failed", help="Rerun pairs recorded as failed or timeout."
+    ),
     executor: str = typer.Option("local", "--executor", help="local | ray."),
-    address: str = typer.Option(None, "--address", help="Ray cluster address (with --executor ray); default: start a local Ray."),
-    ray_cpus: int = typer.Option(None, "--ray-cpus", help="CPUs one Ray task holds on CPU-only clusters (default: all of a node's)."),
-    max_retries: int = typer.Option(2, "--max-retries", help="Ray: retries of a task whose worker or node died."),
+    address: str = typer.Option(
+        None, "--address", help="Ray cluster address (with --executor ray); default: start a local Ray."
+    ),
+    ray_cpus: int = typer.Option(
+        None, "--ray-cpus", help="CPUs one Ray task holds on CPU-only clusters (default: all of a node's)."
+    ),
+    max_retries: int = typer.Option(
+        2, "--max-retries", help="Ray: retries of a task whose worker or node died."
+    ),
 ):
     """Measure co-location slowdowns of all pairs (self-pairs included) of a workload list.
 
@@ -141,20 +190,42 @@ def pairs(
 
     Example: sharewise pairs -w resnet18,lstm_lm,ncf --device cpu --mode cpu --out runs/cpu
     """
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     from sharewise.profiler.campaign import run_campaign
     from sharewise.profiler.executors import executor_factory
 
     config = _config(
-        device, mode, size, batch_size, window, repeats, threads, timeout, max_repeats=max_repeats,
+        device,
+        mode,
+        size,
+        batch_size,
+        window,
+        repeats,
+        threads,
+        timeout,
+        max_repeats=max_repeats,
         idle_wait_s=idle_wait,
     )
     factory = executor_factory(executor, address=address, cpus_per_task=ray_cpus, max_retries=max_retries)
     last: list[str] = []
     progress = Progress(
-        TextColumn("[bold]pairs"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("ETA"),
-        TimeRemainingColumn(), TextColumn("{task.fields[last]}"), console=err_console, transient=False,
+        TextColumn("[bold]pairs"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        TextColumn("{task.fields[last]}"),
+        console=err_console,
+        transient=False,
     )
     task_id = progress.add_task("pairs", total=None, last="")
     try:
@@ -171,13 +242,21 @@ def pairs(
                 return
             row = ev.row
             if row["status"] == "ok":
-                last.append(f"{row['workload_a']}|{row['workload_b']} {row['slowdown_a']:.2f}/{row['slowdown_b']:.2f}")
+                last.append(
+                    f"{row['workload_a']}|{row['workload_b']} {row['slowdown_a']:.2f}/{row['slowdown_b']:.2f}"
+                )
             else:
                 last.append(f"{row['workload_a']}|{row['workload_b']} {row['status']}")
             progress.update(task_id, completed=ev.done, last="  ".join(last[-2:]))
 
-        summary = run_campaign(_split(workloads), config, out, executor_factory=factory, on_event=on_event,
-                               retry_failed=retry_failed)
+        summary = run_campaign(
+            _split(workloads),
+            config,
+            out,
+            executor_factory=factory,
+            on_event=on_event,
+            retry_failed=retry_failed,
+        )
     finally:
         if progress.live.is_started:
             progress.stop()
@@ -257,8 +336,14 @@ def show(
             nf = int(sum(1 for c in prof.columns if c.startswith("f_") and r[c] == r[c]))
             cvv = r.get("cv", math.nan)
             table.add_row(
-                r["workload"], r["family"], r["device_name"], r["mode"], str(r["batch_size"]),
-                f"{r['throughput']:.3g}", "-" if cvv != cvv else f"{cvv * 100:.1f}%", str(nf),
+                r["workload"],
+                r["family"],
+                r["device_name"],
+                r["mode"],
+                str(r["batch_size"]),
+                f"{r['throughput']:.3g}",
+                "-" if cvv != cvv else f"{cvv * 100:.1f}%",
+                str(nf),
             )
         console.print(table)
     _print_matrix(prs)

@@ -37,11 +37,24 @@ def _step(title: str) -> None:
 
 
 def _print_simulation(sim: dict) -> None:
-    table = Table("policy", "avg JCT (h)", "p95 JCT (h)", "avg queue (h)", "GPU util", "SLO violations",
-                  title=f"simulated: {sim['jobs']} jobs on {sim['gpus']} GPUs")
+    table = Table(
+        "policy",
+        "avg JCT (h)",
+        "p95 JCT (h)",
+        "avg queue (h)",
+        "GPU util",
+        "SLO violations",
+        title=f"simulated: {sim['jobs']} jobs on {sim['gpus']} GPUs",
+    )
     for name, m in sim["policies"].items():
-        table.add_row(name, f"{m['avg_jct'] / 3600:.2f}", f"{m['p95_jct'] / 3600:.2f}",
-                      f"{m['avg_queue'] / 3600:.2f}", f"{m['utilization']:.3f}", str(m["slo_violations"]))
+        table.add_row(
+            name,
+            f"{m['avg_jct'] / 3600:.2f}",
+            f"{m['p95_jct'] / 3600:.2f}",
+            f"{m['avg_queue'] / 3600:.2f}",
+            f"{m['utilization']:.3f}",
+            str(m["slo_violations"]),
+        )
     console.print(table)
 
 
@@ -62,6 +75,7 @@ def demo(
     import pandas as pd
 
     from sharewise.cli import app
+
     def run(*args: str) -> None:
         app(args=[str(a) for a in args], standalone_mode=False)
 
@@ -69,7 +83,20 @@ def demo(
     data = out / "data"
     names = [w.strip() for w in workloads.split(",") if w.strip()]
     _step(f"1/6 profile and measure all pairs of {', '.join(names)} on the CPU")
-    run("pairs", "-w", ",".join(names), "--out", data, "--window", window, "--repeats", repeats)
+    # No extra repeats for noisy pairs here: the demo shows the chain in minutes; campaigns keep the default.
+    run(
+        "pairs",
+        "-w",
+        ",".join(names),
+        "--out",
+        data,
+        "--window",
+        window,
+        "--repeats",
+        repeats,
+        "--max-repeats",
+        repeats,
+    )
     _step("2/6 train the slowdown predictor on the reference dataset and these measurements")
     model = out / "model.json"
     run("train", "reference", data, "--out", model)
@@ -79,8 +106,12 @@ def demo(
     from sharewise.datasets.store import Dataset
 
     ref_workloads = sorted(Dataset("reference").read_profiles()["workload"])
-    queue = pd.DataFrame({"job_id": [f"job{i}" for i in range(8)],
-                          "workload": [ref_workloads[i % len(ref_workloads)] for i in range(8)]})
+    queue = pd.DataFrame(
+        {
+            "job_id": [f"job{i}" for i in range(8)],
+            "workload": [ref_workloads[i % len(ref_workloads)] for i in range(8)],
+        }
+    )
     queue_path = out / "queue.csv"
     queue.to_csv(queue_path, index=False)
     run("recommend", "--model", model, "--data", "reference", "--queue", queue_path, "--gpus", 5)

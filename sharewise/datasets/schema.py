@@ -118,9 +118,7 @@ def validate_pairs(df: pd.DataFrame, source: str) -> pd.DataFrame:
     df = _coerce(df, PAIR_COLUMNS, PAIR_OPTIONAL, source)
     unknown = sorted(set(df["status"]) - set(PAIR_STATUSES))
     if unknown:
-        raise SchemaError(
-            f"{source}: column 'status' holds {unknown}; expected one of {list(PAIR_STATUSES)}"
-        )
+        raise SchemaError(f"{source}: column 'status' holds {unknown}; expected one of {list(PAIR_STATUSES)}")
     ok = (df["status"] == "ok").to_numpy()
     for col in _PAIR_MEASURED:
         values = df[col].to_numpy(dtype=float)
@@ -137,7 +135,9 @@ def validate_pairs(df: pd.DataFrame, source: str) -> pd.DataFrame:
     return df
 
 
-def _coerce(df: pd.DataFrame, required: dict[str, str], optional: dict[str, str], source: str) -> pd.DataFrame:
+def _coerce(
+    df: pd.DataFrame, required: dict[str, str], optional: dict[str, str], source: str
+) -> pd.DataFrame:
     if not isinstance(df, pd.DataFrame):
         raise SchemaError(f"{source}: expected a table, got {type(df).__name__}")
     missing = [c for c in required if c not in df.columns]
@@ -181,7 +181,5 @@ def _numeric(series: pd.Series, source: str, col: str) -> pd.Series:
     bad = converted.isna() & series.notna() & (series.astype(str).str.strip() != "")
     if bad.any():
         row = int(np.argmax(bad.to_numpy()))
-        raise SchemaError(
-            f"{source}: column {col!r} must be numeric, got {series.iloc[row]!r} in row {row}"
-        )
+        raise SchemaError(f"{source}: column {col!r} must be numeric, got {series.iloc[row]!r} in row {row}")
     return converted.astype("float64")

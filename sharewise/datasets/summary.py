@@ -38,7 +38,9 @@ def slowdown_matrix(pairs: pd.DataFrame, value: str = "slowdown") -> pd.DataFram
         col_a, col_b = ("slowdown_a", "slowdown_b") if value == "slowdown" else ("cv_a", "cv_b")
         means = (self_pairs[col_a] + self_pairs[col_b]) / 2
         directed = directed[directed["self"] != directed["partner"]]
-        extra = pd.DataFrame({"self": self_pairs["workload_a"], "partner": self_pairs["workload_b"], value: means})
+        extra = pd.DataFrame(
+            {"self": self_pairs["workload_a"], "partner": self_pairs["workload_b"], value: means}
+        )
         directed = pd.concat([directed, extra], ignore_index=True)
     names = sorted(set(directed["self"]) | set(directed["partner"]))
     table = directed.pivot_table(index="self", columns="partner", values=value, aggfunc="mean")

@@ -1,4 +1,4 @@
-"""Bookkeeping the sharing policies have in common: which GPUs are free, which hold one job, and who that is."""
+"""Bookkeeping the sharing policies have in common: which GPUs are free, which hold one job, and whose."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ from sharewise.policy.table import SlowdownTable
 class SharingState:
     """A policy-local, mutable copy of the GPU slots, updated as a policy call places jobs.
 
-    ``partner[g]`` is the job alone on GPU ``g`` (``-1`` if the GPU is free or full); ``partner_wl`` its workload
-    id. ``remaining[g]`` is that job's remaining exclusive time.
+    ``partner[g]`` is the job alone on GPU ``g`` (``-1`` if the GPU is free or full); ``partner_wl`` its
+    workload id. ``remaining[g]`` is that job's remaining exclusive time.
     """
 
     def __init__(self, cluster: ClusterState, table: SlowdownTable) -> None:
@@ -45,13 +45,13 @@ class SharingState:
         return np.flatnonzero(self.occupancy == 1)
 
     def shareable_counts(self, workloads: np.ndarray) -> np.ndarray:
-        """For each workload id in ``workloads``, count the GPUs it could join now (free or allowed partner)."""
+        """For each workload id in ``workloads``, count the GPUs it could use now (free or allowed)."""
         single = self.single_gpus()
         if single.shape[0] == 0:
             return np.full(workloads.shape[0], self.n_free)
-        uniq, inverse = np.unique(workloads, return_inverse=True)
-        allowed = self.table.allowed[np.ix_(uniq, self.partner_wl[single])].sum(axis=1)
-        return self.n_free + allowed[inverse]
+        # Per workload of the table (few), then looked up per job: no sort of a long queue.
+        per_workload = self.n_free + self.table.allowed[:, self.partner_wl[single]].sum(axis=1)
+        return per_workload[workloads]
 
     def place(self, job: int, workload: int, remaining: float, gpus: np.ndarray) -> None:
         """Record ``job`` on ``gpus``: a free GPU now holds it alone, a shared one becomes full."""

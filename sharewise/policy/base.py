@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
-from sharewise.errors import SharewiseError
+from sharewise.errors import InvalidPlacementError
 
 if TYPE_CHECKING:
     from sharewise.policy.table import SlowdownTable
@@ -21,12 +21,8 @@ if TYPE_CHECKING:
 MAX_JOBS_PER_GPU = 2
 
 
-class InvalidPlacementError(SharewiseError, RuntimeError):
-    """A policy returned a placement the cluster cannot run (a bug in the policy, not in the user's input)."""
-
-
 class Placement(NamedTuple):
-    """Start queued job ``job`` on the GPUs ``gpus`` (as many as it asked for, each holding at most one other job).
+    """Start queued job ``job`` on GPUs ``gpus`` (as many as it asked for, each holding at most one more job).
 
     Example: ``Placement(job=7, gpus=(12, 13))``.
     """
@@ -39,9 +35,9 @@ class Placement(NamedTuple):
 class Queue:
     """The waiting jobs, in arrival order; every field is a read-only array of the same length.
 
-    ``job`` is sorted ascending and indexes the caller's job arrays (and ``ClusterState.job_*``); ``remaining`` is the job's remaining
-    exclusive run time in seconds on a speed-1.0 GPU (schedulers in the SJF family assume it is known);
-    ``workload`` holds ids of the ``SlowdownTable``.
+    ``job`` is sorted ascending and indexes the caller's job arrays (and ``ClusterState.job_*``);
+    ``remaining`` is the job's remaining exclusive run time in seconds on a speed-1.0 GPU (schedulers in the
+    SJF family assume it is known); ``workload`` holds ids of the ``SlowdownTable``.
     """
 
     job: np.ndarray
@@ -169,9 +165,10 @@ def check_placements(
                     f"policy {policy!r} put job {job} on GPU {int(g)}, which already holds "
                     f"{MAX_JOBS_PER_GPU} jobs"
                 )
-            if occupancy[g] == 1 and not table.may_share(
-                np.array([queue.workload[i]]), np.array([partner_workload[g]])
-            )[0]:
+            if (
+                occupancy[g] == 1
+                and not table.may_share(np.array([queue.workload[i]]), np.array([partner_workload[g]]))[0]
+            ):
                 raise InvalidPlacementError(
                     f"policy {policy!r} paired job {job} ({table.workloads[queue.workload[i]]}) with "
                     f"{table.workloads[partner_workload[g]]} on GPU {int(g)}; that pair may not share "
@@ -224,7 +221,7 @@ def in_order(keys: np.ndarray, m: int, positions: np.ndarray | None = None):
 
 
 def queue_keys(queue: Queue, order: str) -> np.ndarray:
-    """Return the sort key of each queued job for ``order``: ``fifo`` (arrival) or ``sjf`` (remaining time)."""
+    """Return each queued job's sort key for ``order``: ``fifo`` (arrival) or ``sjf`` (remaining time)."""
     if order == "sjf":
         return queue.remaining
     if order == "fifo":

@@ -1,4 +1,4 @@
-"""``run_simulation``: the whole ``sharewise simulate`` pipeline (truth, predictions, trace, cluster, policies).
+"""``run_simulation``: the ``sharewise simulate`` pipeline (truth, predictions, trace, cluster, policies).
 
 The CLI and the golden test both call ``run_simulation`` with a ``SimulationConfig``, so what the test pins
 is exactly what a user runs.
@@ -35,8 +35,8 @@ class SimulationConfig:
 
     ``data`` is the truth dataset folder (measured pairs and profiles); ``predictions`` (a CSV or Parquet file
     of predictions) or ``model`` (a saved ``model.json``) replace the default out-of-fold predictions;
-    ``oracle`` shows the policies the truth; ``observe`` lets them learn the measured slowdown of each pair once
-    it has run. ``max_slowdown`` is the SLO on a job's realized slowdown.
+    ``oracle`` shows the policies the truth; ``observe`` lets them learn the measured slowdown of each pair
+    once it has run. ``max_slowdown`` is the SLO on a job's realized slowdown.
     """
 
     trace: str
@@ -127,15 +127,24 @@ def run_simulation(config: SimulationConfig) -> SimulationReport:
     view, view_note = _policy_view(config, profiles, pairs, truth, device)
     notes.append(view_note)
     if config.observe and view is not None:
-        notes.append("Observe: once two workloads have run side by side, policies see their measured slowdowns.")
+        notes.append(
+            "Observe: once two workloads have run side by side, policies see their measured slowdowns."
+        )
     notes.append(
-        "Policies know each job's exclusive run time (as SJF schedulers assume) and which pairs fit in memory; "
+        "Policies know each job's exclusive run time (as SJF schedulers assume) and which pairs fit in "
+        "memory; "
         f"SLO: realized slowdown <= {config.max_slowdown:g}."
     )
     results = {}
     for name, policy in policies.items():
         results[name] = simulate(
-            trace, policy, truth, view, cluster=cluster, slo=config.max_slowdown, name=name,
+            trace,
+            policy,
+            truth,
+            view,
+            cluster=cluster,
+            slo=config.max_slowdown,
+            name=name,
             observe=config.observe and view is not None,
         )
     return SimulationReport(
@@ -200,7 +209,9 @@ def _load_trace(config: SimulationConfig, profiles: pd.DataFrame, truth: Slowdow
     if fmt == "philly":
         # Workloads that can share with at least one other: a draw of unshareable ones tells nothing.
         workloads = [w for i, w in enumerate(truth.workloads) if truth.allowed[i].any()]
-    trace = load_trace(config.trace, format=fmt, throughputs=throughputs, workloads=workloads, seed=config.seed)
+    trace = load_trace(
+        config.trace, format=fmt, throughputs=throughputs, workloads=workloads, seed=config.seed
+    )
     if config.max_jobs is not None:
         trace = trace.head(config.max_jobs)
     return trace
@@ -265,11 +276,11 @@ def _policy_view(
             from sharewise.predictor import out_of_fold_predictions
 
             predictions = out_of_fold_predictions(
-                profiles, pairs, group_by=config.group_by, candidates=candidates
+                profiles, pairs, group_by=config.group_by, candidates=candidates, holdout="self"
             )
             note = (
-                f"Policies see out-of-fold predictions: each pair predicted by a model that never saw the "
-                f"{config.group_by} of either job."
+                f"Policies see out-of-fold predictions: each job's slowdown predicted by a model that never "
+                f"saw that job's {config.group_by} (a brand-new model next to jobs the cluster knows)."
             )
     if "device_name" in predictions.columns and (predictions["device_name"].astype(str) == device).any():
         predictions = predictions[predictions["device_name"].astype(str) == device]

@@ -10,7 +10,7 @@ from sharewise.policy.table import SlowdownTable
 
 
 def select_jobs(queue: Queue, n_free: int, order: str) -> list[int]:
-    """Return queue positions of the jobs that start now on ``n_free`` free GPUs, in ``order`` (backfilling)."""
+    """Return queue positions of the jobs that start now on ``n_free`` free GPUs (``order``, backfilling)."""
     fits = np.flatnonzero(queue.gpus <= n_free)
     chosen: list[int] = []
     if fits.shape[0] == 0:

@@ -1,11 +1,11 @@
 """``sharewise recommend``: which queued jobs should share a GPU, as a maximum-weight pairing.
 
-Jobs of the same workload are interchangeable for the objective, so the pairing is solved over workload types:
-an integer program chooses how many jobs of each type run alone, how many pairs of each two types share a free
-GPU, and how many jobs join a resident of each type; concrete jobs (shortest remaining first) and GPUs are then
-filled in. The program is exact; its size grows with the number of distinct workloads (not with the queue),
-and above ``EXACT_MAX_VARIABLES`` variables a greedy pairing over the best partners of each type is used
-instead (the output says which).
+Jobs of the same workload are interchangeable for the objective, so the pairing is solved over workload
+types: an integer program chooses how many jobs of each type run alone, how many pairs of each two types share
+a free GPU, and how many jobs join a resident of each type; concrete jobs (shortest remaining first) and GPUs
+are then filled in. The program is exact; its size grows with the number of distinct workloads (not with
+the queue), and above ``EXACT_MAX_VARIABLES`` variables a greedy pairing over the best partners of each type
+is used instead (the output says which).
 
 The objective is the expected throughput of the cluster: a job alone on ``k`` GPUs does ``k`` GPUs' worth of
 work, a pair does ``1/s_a + 1/s_b`` (p50 slowdowns). A pair may share only if both p90 slowdowns are within
@@ -45,14 +45,15 @@ class Plan:
     ``placements`` example::
 
         [{"gpus": ["0"], "jobs": ["j1", "j7"], "workloads": ["resnet18", "lstm_lm"], "kind": "pair",
-          "p50": [1.31, 1.22], "p90": [1.52, 1.40], "gain": 0.58},
+          "p50": [1.31, 1.22], "p90": [1.52, 1.40], "gain": 0.58, "rate": 1.58, "why": {...}},
          {"gpus": ["1"], "jobs": ["j2"], "workloads": ["bert"], "kind": "alone", "p50": [1.0], "p90": [1.0],
-          "gain": 0.0}]
+          "gain": 0.0, "rate": 1.0}]
 
     ``kind`` is ``alone``, ``pair`` (two queued jobs on a free GPU) or ``join`` (a queued job next to the
     job already on the GPU; ``jobs`` then lists the resident second). ``gain`` is ``1/p50_a + 1/p50_b - 1``:
-    the extra work per second over running one of the two alone. ``throughput`` is the expected work rate of
-    all GPUs in GPU-equivalents; ``exclusive_throughput`` that of placing queued jobs alone only.
+    the extra work per second over running one of the two alone; ``rate`` the work rate the placement adds, in
+    GPU-equivalents. ``throughput`` is the expected work rate of all GPUs; ``exclusive_throughput`` that of
+    placing queued jobs alone only.
     """
 
     placements: list[dict]
@@ -74,9 +75,7 @@ class Plan:
             "throughput": round(self.throughput, 6),
             "exclusive_throughput": round(self.exclusive_throughput, 6),
             "throughput_gain": round(self.throughput - self.exclusive_throughput, 6),
-            "throughput_gain_pct": round(
-                100.0 * (self.throughput / self.exclusive_throughput - 1.0), 3
-            )
+            "throughput_gain_pct": round(100.0 * (self.throughput / self.exclusive_throughput - 1.0), 3)
             if self.exclusive_throughput > 0
             else 0.0,
             "solve_s": round(self.solve_s, 4),
@@ -137,8 +136,8 @@ def plan_pairs(
     gpus
         Number of free GPUs (ids ``"0"``, ``"1"``, ...); or give ``cluster``.
     cluster
-        One row per (GPU, resident job): ``gpu`` and optionally ``node``, ``job_id``, ``workload`` (empty for a
-        free GPU; a GPU with two residents is full; a job listed on several GPUs spans them).
+        One row per (GPU, resident job): ``gpu`` and optionally ``node``, ``job_id``, ``workload`` (empty
+        for a free GPU; a GPU with two residents is full; a job listed on several GPUs spans them).
     max_slowdown
         Both jobs' p90 slowdown must be at most this for them to share.
     method
@@ -173,7 +172,9 @@ def plan_pairs(
         counts = _solve_greedy(problem)
         chosen = "greedy"
         if use_exact:
-            note = "approximate: the integer program found no optimum within its time limit; greedy pairing used"
+            note = (
+                "approximate: the integer program found no optimum within its time limit; greedy pairing used"
+            )
         elif method == "greedy":
             note = "approximate: greedy pairing, as asked"
         else:
@@ -254,21 +255,39 @@ def _solve_exact(p: _Problem) -> dict | None:
     other = ~self_pair
     n_res = p.tr.shape[0]
     free_row = n1 + n_res
-    rows = np.concatenate([
-        np.arange(n1), p.pair_a, p.pair_b[other], p.join_a,  # each 1-GPU type: used <= count
-        n1 + p.join_r,  # each resident type: joins <= hosts
-        np.full(n1 + nm + npair, free_row),  # free GPUs: k * alone + pairs <= free
-    ])
-    cols = np.concatenate([
-        np.arange(n1), pair_cols, pair_cols[other], join_cols,
-        join_cols,
-        np.arange(n1 + nm), pair_cols,
-    ])
-    vals = np.concatenate([
-        np.ones(n1), np.where(self_pair, 2.0, 1.0), np.ones(int(other.sum())), np.ones(njoin),
-        np.ones(njoin),
-        np.ones(n1), mk, np.ones(npair),
-    ])
+    rows = np.concatenate(
+        [
+            np.arange(n1),
+            p.pair_a,
+            p.pair_b[other],
+            p.join_a,  # each 1-GPU type: used <= count
+            n1 + p.join_r,  # each resident type: joins <= hosts
+            np.full(n1 + nm + npair, free_row),  # free GPUs: k * alone + pairs <= free
+        ]
+    )
+    cols = np.concatenate(
+        [
+            np.arange(n1),
+            pair_cols,
+            pair_cols[other],
+            join_cols,
+            join_cols,
+            np.arange(n1 + nm),
+            pair_cols,
+        ]
+    )
+    vals = np.concatenate(
+        [
+            np.ones(n1),
+            np.where(self_pair, 2.0, 1.0),
+            np.ones(int(other.sum())),
+            np.ones(njoin),
+            np.ones(njoin),
+            np.ones(n1),
+            mk,
+            np.ones(npair),
+        ]
+    )
     upper = np.concatenate([p.c1, p.dr, [p.n_free]]).astype(float)
     A = coo_matrix((vals, (rows, cols)), shape=(free_row + 1, n)).tocsr()
     res = milp(
@@ -295,7 +314,7 @@ def _solve_greedy(p: _Problem) -> dict:
     hosts = p.dr.astype(np.int64).copy()
     pairs = np.zeros(p.pair_a.shape[0], dtype=np.int64)
     joins = np.zeros(p.join_a.shape[0], dtype=np.int64)
-    demand = int(p.c1.sum()) + int(sum(g * c for (_, g), c in zip(p.multi, p.cm)))
+    demand = int(p.c1.sum()) + int(sum(g * c for (_, g), c in zip(p.multi, p.cm, strict=True)))
     excess = max(0, demand - p.n_free)  # jobs (in GPU units) that cannot all run alone
     kind = np.concatenate([np.zeros(p.pair_a.shape[0], int), np.ones(p.join_a.shape[0], int)])
     idx = np.concatenate([np.arange(p.pair_a.shape[0]), np.arange(p.join_a.shape[0])])
@@ -333,7 +352,7 @@ def _solve_greedy(p: _Problem) -> dict:
         excess -= n
     room = p.n_free - used_free
     alonem = np.zeros(len(p.multi), dtype=np.int64)
-    for m, ((_, g), c) in enumerate(zip(p.multi, p.cm)):
+    for m, ((_, g), c) in enumerate(zip(p.multi, p.cm, strict=True)):
         alonem[m] = min(int(c), room // g)
         room -= int(alonem[m]) * g
     alone1 = np.zeros(p.t1.shape[0], dtype=np.int64)
@@ -347,7 +366,7 @@ def _assign(p: _Problem, counts: dict, jobs, layout: _Cluster, table, free_gpus,
     """Turn type counts into placements: within a type, shortest remaining (then queue order) first."""
     order = jobs.sort_values(["remaining_s", "pos"], na_position="last", kind="stable")
     by_type: dict[tuple[int, int], list[int]] = {}
-    for pos, w, g in zip(order["pos"].tolist(), order["wid"].tolist(), order["gpus"].tolist()):
+    for pos, w, g in zip(order["pos"].tolist(), order["wid"].tolist(), order["gpus"].tolist(), strict=True):
         by_type.setdefault((int(w), int(g)), []).append(pos)
     ids = jobs["job_id"].tolist()
     free = np.zeros(len(layout.gpu_ids), dtype=bool)
@@ -392,8 +411,16 @@ def _assign(p: _Problem, counts: dict, jobs, layout: _Cluster, table, free_gpus,
 
 
 def _alone(gpus: list[str], job: str, workload: str, k: int) -> dict:
-    return {"gpus": gpus, "jobs": [job], "workloads": [workload], "kind": "alone", "p50": [1.0], "p90": [1.0],
-            "gain": 0.0, "rate": float(k)}
+    return {
+        "gpus": gpus,
+        "jobs": [job],
+        "workloads": [workload],
+        "kind": "alone",
+        "p50": [1.0],
+        "p90": [1.0],
+        "gain": 0.0,
+        "rate": float(k),
+    }
 
 
 def _shared(kind: str, gpus: list[str], jobs: list[str], a: int, b: int, table: SlowdownTable) -> dict:
@@ -438,7 +465,8 @@ def _normalize_queue(queue: pd.DataFrame, table: SlowdownTable) -> pd.DataFrame:
     missing = [c for c in QUEUE_COLUMNS if c not in queue.columns]
     if missing:
         raise TraceError(
-            f"queue: missing column(s) {missing}; expected {list(QUEUE_COLUMNS)} and optionally gpus, remaining_s"
+            f"queue: missing column(s) {missing}; expected {list(QUEUE_COLUMNS)} and optionally gpus, "
+            "remaining_s"
         )
     jobs = pd.DataFrame(
         {
@@ -446,15 +474,25 @@ def _normalize_queue(queue: pd.DataFrame, table: SlowdownTable) -> pd.DataFrame:
             "workload": queue["workload"].astype(str).str.strip().to_numpy(dtype=object),
         }
     )
-    gpus = pd.to_numeric(queue["gpus"], errors="coerce") if "gpus" in queue.columns else pd.Series(1, index=queue.index)
+    gpus = (
+        pd.to_numeric(queue["gpus"], errors="coerce")
+        if "gpus" in queue.columns
+        else pd.Series(1, index=queue.index)
+    )
     bad = gpus.isna().to_numpy() | (gpus.to_numpy(dtype=float) < 1) | (gpus.to_numpy(dtype=float) % 1 != 0)
     if bad.any():
         row = int(np.argmax(bad))
-        raise TraceError(f"queue line {row + 2}: column 'gpus' must be a whole number >= 1, got {queue['gpus'].iloc[row]!r}")
+        raise TraceError(
+            f"queue line {row + 2}: column 'gpus' must be a whole number >= 1, got "
+            f"{queue['gpus'].iloc[row]!r}"
+        )
     jobs["gpus"] = gpus.to_numpy(dtype=float).astype(np.int64)
     if "remaining_s" in queue.columns:
         rem = pd.to_numeric(queue["remaining_s"], errors="coerce").to_numpy(dtype=float)
-        given = queue["remaining_s"].astype(str).str.strip().ne("").to_numpy() & queue["remaining_s"].notna().to_numpy()
+        given = (
+            queue["remaining_s"].astype(str).str.strip().ne("").to_numpy()
+            & queue["remaining_s"].notna().to_numpy()
+        )
         bad = given & (~np.isfinite(rem) | (rem < 0))
         if bad.any():
             row = int(np.argmax(bad))
@@ -480,11 +518,20 @@ def _normalize_cluster(gpus: int | None, cluster: pd.DataFrame | None, table: Sl
     if cluster is None:
         if gpus < 0:
             raise ConfigError(f"--gpus must be >= 0, got {gpus}")
-        return _Cluster([str(g) for g in range(gpus)], np.zeros(gpus, dtype=np.int64), [[] for _ in range(gpus)])
+        return _Cluster(
+            [str(g) for g in range(gpus)], np.zeros(gpus, dtype=np.int64), [[] for _ in range(gpus)]
+        )
     if "gpu" not in cluster.columns:
-        raise TraceError(f"cluster: missing column 'gpu'; expected {list(CLUSTER_COLUMNS)} and optionally node, job_id, workload")
-    text = {c: cluster[c].fillna("").astype(str).str.strip().tolist() if c in cluster.columns else [""] * len(cluster)
-            for c in ("gpu", "node", "job_id", "workload")}
+        raise TraceError(
+            f"cluster: missing column 'gpu'; expected {list(CLUSTER_COLUMNS)} and optionally node, job_id, "
+            "workload"
+        )
+    text = {
+        c: cluster[c].fillna("").astype(str).str.strip().tolist()
+        if c in cluster.columns
+        else [""] * len(cluster)
+        for c in ("gpu", "node", "job_id", "workload")
+    }
     gpu_ids: list[str] = []
     nodes: list[str] = []
     residents: dict[str, list[tuple[str, str, int]]] = {}
@@ -497,17 +544,21 @@ def _normalize_cluster(gpus: int | None, cluster: pd.DataFrame | None, table: Sl
             residents[g] = []
         job, w = text["job_id"][i], text["workload"][i]
         if bool(job) != bool(w):
-            raise TraceError(f"cluster line {i + 2}: give both job_id and workload of a resident job, or neither")
+            raise TraceError(
+                f"cluster line {i + 2}: give both job_id and workload of a resident job, or neither"
+            )
         if job:
             residents[g].append((job, w, i + 2))
             if len(residents[g]) > 2:
-                raise TraceError(f"cluster line {i + 2}: GPU {g!r} lists a third job; at most two jobs share a GPU")
+                raise TraceError(
+                    f"cluster line {i + 2}: GPU {g!r} lists a third job; at most two jobs share a GPU"
+                )
     span: dict[str, int] = {}
     for res in residents.values():
         for job, _, _ in res:
             span[job] = span.get(job, 0) + 1
     all_w = [w for res in residents.values() for _, w, _ in res]
-    ids = dict(zip(all_w, table.ids(all_w, what="resident workload").tolist())) if all_w else {}
+    ids = dict(zip(all_w, table.ids(all_w, what="resident workload").tolist(), strict=True)) if all_w else {}
     node_codes = pd.factorize(pd.Series(nodes))[0].astype(np.int64)
     return _Cluster(
         gpu_ids,
@@ -579,12 +630,17 @@ def recommend(config: RecommendConfig) -> Plan:
         measured = ds.read_pairs()
         oom = measured[(measured["status"] == "oom") & (measured["device_name"].astype(str) == device)]
         index = {w: n for n, w in enumerate(needed)}
-        for a, b in zip(oom["workload_a"], oom["workload_b"]):
+        for a, b in zip(oom["workload_a"], oom["workload_b"], strict=True):
             if a in index and b in index:
                 allowed[index[a], index[b]] = allowed[index[b], index[a]] = False
     table = table.restricted(allowed)
     plan = plan_pairs(
-        queue, table, gpus=config.gpus, cluster=cluster, max_slowdown=config.max_slowdown, method=config.method
+        queue,
+        table,
+        gpus=config.gpus,
+        cluster=cluster,
+        max_slowdown=config.max_slowdown,
+        method=config.method,
     )
     explained: dict[tuple[str, str], dict] = {}
     for p in plan.placements:
@@ -594,8 +650,10 @@ def recommend(config: RecommendConfig) -> Plan:
         if key not in explained and len(explained) < config.max_explained:
             why = explain_pair(model, prof, key[0], key[1], device, top=config.top)
             explained[key] = {
-                side: [{"feature": c["feature"], "contribution": round(c["contribution"], 4)}
-                       for c in why[side]["contributions"]]
+                side: [
+                    {"feature": c["feature"], "contribution": round(c["contribution"], 4)}
+                    for c in why[side]["contributions"]
+                ]
                 for side in ("a", "b")
             }
         if key in explained:
@@ -646,7 +704,9 @@ def _device(profiles: pd.DataFrame, workloads: list[str], device_name: str | Non
         if device_name not in present:
             raise DatasetError(f"no profiles on device {device_name!r}; the dataset holds {present}")
         return device_name
-    of_jobs = sorted(set(profiles.loc[profiles["workload"].astype(str).isin(workloads), "device_name"].astype(str)))
+    of_jobs = sorted(
+        set(profiles.loc[profiles["workload"].astype(str).isin(workloads), "device_name"].astype(str))
+    )
     if len(of_jobs) == 1:
         return of_jobs[0]
     if not of_jobs:

@@ -1,10 +1,11 @@
 """Event-driven, deterministic cluster simulator: replays a trace under a policy with measured interference.
 
-Jobs arrive, wait in a queue, and are gang-scheduled by a policy on the GPUs they ask for (at most two jobs per
-GPU). A running job advances at rate ``speed / slowdown`` on each of its GPUs and a multi-GPU job at the rate of
-its slowest GPU; the slowdown next to a partner is the measured one (the truth ``SlowdownTable``), while the
-policy sees its own table (predictions, or the truth with ``oracle``). Events (arrivals, completions) live in a
-heap; a completion whose job changed rate since it was scheduled is skipped by its version stamp.
+Jobs arrive, wait in a queue, and are gang-scheduled by a policy on the GPUs they ask for (at most two jobs
+per GPU). A running job advances at rate ``speed / slowdown`` on each of its GPUs and a multi-GPU job at the
+rate of its slowest GPU; the slowdown next to a partner is the measured one (the truth ``SlowdownTable``),
+while the policy sees its own table (predictions, or the truth with ``oracle``). Events (arrivals,
+completions) live in a heap; a completion whose job changed rate since it was scheduled is skipped by its
+version stamp.
 """
 
 from __future__ import annotations
@@ -83,6 +84,7 @@ class SimulationResult:
 
     policy: str
     arrival: np.ndarray
+    duration: np.ndarray
     start: np.ndarray
     finish: np.ndarray
     realized_slowdown: np.ndarray
@@ -201,7 +203,10 @@ def simulate(
         cross_node_slowdown=cross,
         slo=float(slo),
     )
-    ro = {k: readonly(v) for k, v in (("arrival", arrival), ("gpus", ngpus), ("remaining", remaining), ("wl", wl))}
+    ro = {
+        k: readonly(v)
+        for k, v in (("arrival", arrival), ("gpus", ngpus), ("remaining", remaining), ("wl", wl))
+    }
 
     learned: list[tuple[int, int]] = []
     heap: list[tuple[float, int, int]] = []
@@ -341,6 +346,7 @@ def simulate(
     result = SimulationResult(
         policy=name,
         arrival=arrival,
+        duration=duration,
         start=start,
         finish=finish,
         realized_slowdown=realized,

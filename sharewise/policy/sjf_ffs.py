@@ -1,4 +1,4 @@
-"""``sjf-ffs``: shortest job first with first-fit sharing and no interference check (at most two jobs per GPU)."""
+"""``sjf-ffs``: shortest job first, first-fit sharing (two jobs per GPU at most), no interference check."""
 
 from __future__ import annotations
 

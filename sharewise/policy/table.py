@@ -1,4 +1,4 @@
-"""``SlowdownTable``: the policy's and the simulator's view of interference, as dense arrays over workload ids."""
+"""``SlowdownTable``: how policies and the simulator see interference, as dense arrays over workload ids."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ class SlowdownTable:
         n = len(workloads)
         arrays = [np.asarray(a, dtype=np.float64) for a in (p10, p50, p90)]
         allowed = np.asarray(allowed, dtype=bool)
-        for name, a in zip(("p10", "p50", "p90", "allowed"), [*arrays, allowed]):
+        for name, a in zip(("p10", "p50", "p90", "allowed"), [*arrays, allowed], strict=True):
             if a.shape != (n, n):
                 raise ValueError(f"SlowdownTable: {name} must have shape ({n}, {n}), got {a.shape}")
         if len(set(workloads)) != n:
@@ -113,9 +113,7 @@ class SlowdownTable:
             full = np.full((n, n), np.nan) if a.dtype != bool else np.zeros((n, n), dtype=bool)
             full[np.ix_(have, have)] = a[np.ix_(src[have], src[have])]
             out.append(full)
-        return SlowdownTable(
-            workloads, *out, device_name=self.device_name, source=self.source
-        )
+        return SlowdownTable(workloads, *out, device_name=self.device_name, source=self.source)
 
     def restricted(self, allowed: np.ndarray) -> SlowdownTable:
         """Return a copy that additionally forbids every pair where ``allowed`` is False."""

@@ -53,8 +53,15 @@ class Trace:
     def head(self, n: int) -> Trace:
         """Return the first ``n`` jobs (by arrival)."""
         return Trace(
-            self.job_id[:n], self.arrival[:n], self.duration[:n], self.gpus[:n], self.workload[:n],
-            self.line[:n], self.source, self.format, self.notes,
+            self.job_id[:n],
+            self.arrival[:n],
+            self.duration[:n],
+            self.gpus[:n],
+            self.workload[:n],
+            self.line[:n],
+            self.source,
+            self.format,
+            self.notes,
         )
 
 
@@ -214,7 +221,7 @@ def read_philly_csv(path: str | os.PathLike, workloads: Sequence[str], seed: int
 
 
 def read_generic_csv(path: str | os.PathLike) -> Trace:
-    """Read a generic trace CSV: ``job_id, arrival_s, duration_s, gpus, workload``, arrivals not decreasing."""
+    """Read a generic trace CSV (``job_id, arrival_s, duration_s, gpus, workload``, arrivals in order)."""
     path = Path(path)
     df = _read_csv(path, GENERIC_COLUMNS)
     arrival = _numeric_column(df, "arrival_s", path, positive=False)
@@ -238,8 +245,8 @@ def read_generic_csv(path: str | os.PathLike) -> Trace:
         dup = int(np.sort(first[counts > 1])[0])
         later = np.flatnonzero(job_id == job_id[dup])[1]
         raise TraceError(
-            f"{path}:{int(later) + 2}: job_id {job_id[dup]!r} repeats the job of line {dup + 2}; job ids must "
-            "be unique"
+            f"{path}:{int(later) + 2}: job_id {job_id[dup]!r} repeats the job of line {dup + 2}; job ids "
+            "must be unique"
         )
     return Trace(
         job_id=job_id,
@@ -254,14 +261,14 @@ def read_generic_csv(path: str | os.PathLike) -> Trace:
 
 
 def check_trace(trace: Trace, workloads: Sequence[str], n_gpus: int) -> None:
-    """Raise ``TraceError`` if a job names a workload outside ``workloads`` or asks for more than ``n_gpus``."""
+    """Raise ``TraceError`` if a job names a workload not in ``workloads`` or wants over ``n_gpus`` GPUs."""
     known = set(workloads)
     unknown = np.array([w not in known for w in trace.workload], dtype=bool)
     if unknown.any():
         i = int(np.argmax(unknown))
         raise TraceError(
-            f"{trace.source}:{int(trace.line[i])}: workload {trace.workload[i]!r} has no measured pairs on this "
-            f"device; known workloads: {', '.join(sorted(known))}"
+            f"{trace.source}:{int(trace.line[i])}: workload {trace.workload[i]!r} has no measured pairs on "
+            f"this device; known workloads: {', '.join(sorted(known))}"
         )
     big = trace.gpus > n_gpus
     if big.any():
@@ -337,3 +344,55 @@ def _check_time(t: float, last: float, where: str, name: str) -> None:
         raise TraceError(
             f"{where}: {name} {t:g} is earlier than the previous job's {last:g}; sort the trace by arrival"
         )
+
+
+def synthetic_trace(
+    workloads: Sequence[str],
+    n_jobs: int = 200,
+    *,
+    seed: int = 0,
+    mean_interarrival_s: float = 60.0,
+    median_duration_s: float = 1800.0,
+    multi_gpu_share: float = 0.1,
+    max_gpus: int = 4,
+) -> Trace:
+    """Draw a small trace (Poisson arrivals, log-normal durations, a few multi-GPU jobs), ``Generator(seed)``.
+
+    For demos and tests on datasets that come without a trace of their own, such as a CPU campaign.
+    """
+    if not workloads:
+        raise TraceError("a synthetic trace needs at least one workload")
+    if n_jobs < 1:
+        raise TraceError(f"a synthetic trace needs at least one job, got n_jobs={n_jobs}")
+    rng = np.random.default_rng(seed)
+    arrival = np.cumsum(rng.exponential(mean_interarrival_s, n_jobs))
+    arrival -= arrival[0]
+    duration = np.round(median_duration_s * np.exp(rng.normal(0.0, 1.0, n_jobs)), 1)
+    sizes = 2 ** np.arange(1, max(1, int(np.log2(max_gpus))) + 1)
+    gpus = np.where(rng.random(n_jobs) < multi_gpu_share, rng.choice(sizes, n_jobs), 1) if max_gpus > 1 else 1
+    names = np.array(sorted(workloads), dtype=object)
+    return Trace(
+        job_id=np.array([f"job{i:04d}" for i in range(n_jobs)], dtype=object),
+        arrival=np.round(arrival, 1),
+        duration=np.maximum(duration, 1.0),
+        gpus=np.broadcast_to(np.asarray(gpus, dtype=np.int64), (n_jobs,)).copy(),
+        workload=names[rng.integers(0, len(names), n_jobs)],
+        line=np.arange(2, n_jobs + 2),
+        source=f"synthetic(seed={seed})",
+        format="csv",
+    )
+
+
+def write_generic_csv(trace: Trace, path: str | os.PathLike) -> Path:
+    """Write ``trace`` as a generic trace CSV (``job_id, arrival_s, duration_s, gpus, workload``)."""
+    path = Path(path)
+    pd.DataFrame(
+        {
+            "job_id": trace.job_id,
+            "arrival_s": trace.arrival,
+            "duration_s": trace.duration,
+            "gpus": trace.gpus,
+            "workload": trace.workload,
+        }
+    ).to_csv(path, index=False)
+    return path

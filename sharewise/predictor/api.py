@@ -223,16 +223,22 @@ def out_of_fold_predictions(
     group_by: str = "family",
     candidates: pd.DataFrame | None = None,
     features: str = "physical",
-    partner_effect: bool = True,
+    partner_effect: bool | None = None,
+    holdout: str = "pair",
     **params,
 ) -> pd.DataFrame:
-    """Predict every candidate pair with a model that has seen neither of its two groups.
+    """Predict every candidate pair with models that never saw the held-out group(s).
 
-    One model is trained per unordered pair of groups ``{g, h}`` that the candidates involve (``g == h``
-    for pairs within one group), on the measured pairs in which neither self nor partner belongs to ``g`` or
-    ``h``; it predicts exactly the candidates whose two workloads fall in ``g`` and ``h``. This is what a
-    simulator needs so that its policy only ever sees "brand-new model" predictions. It costs one fit per
-    group pair present: 28 fits for 7 families, about ``k(k+1)/2`` for ``k`` groups.
+    ``holdout="pair"``: one model is trained per unordered pair of groups ``{g, h}`` that the candidates
+    involve (``g == h`` for pairs within one group), on the measured pairs in which neither self nor partner
+    belongs to ``g`` or ``h``; it predicts both slowdowns of the candidates whose workloads fall in ``g`` and
+    ``h`` (about ``k(k+1)/2`` fits for ``k`` groups).
+
+    ``holdout="self"``: each slowdown is predicted by a model that never saw the group of the job it is
+    about (self), trained on the pairs in which that group is neither self nor partner; the partner's group
+    may have been seen with other jobs. This is the question of a brand-new model joining jobs the cluster
+    already knows, and what the simulator's policies see; ``k`` fits. With ``partner_effect`` (default on
+    here) a known partner's measured effect on other jobs, from the training rows only, is a feature.
 
     Parameters
     ----------
@@ -245,8 +251,12 @@ def out_of_fold_predictions(
         measured ``ok`` pairs.
     features : {"physical", "all"}
         Feature set (``features.select_base``).
-    partner_effect : bool
-        Add each partner's measured effect, from that model's training rows only.
+    partner_effect : bool, optional
+        Add each partner's measured effect, from that model's training rows only. Default: on for
+        ``holdout="self"``; off for ``"pair"``, where every partner is held out and the feature would be
+        missing on every row a model predicts.
+    holdout : {"pair", "self"}
+        Whether a model excludes the groups of both workloads or only of the predicted job (see above).
     **params
         ``SlowdownRegressor`` parameters.
 
@@ -270,9 +280,18 @@ def out_of_fold_predictions(
     train_self, train_partner = row_groups(train.meta, group_by)
     cand_a, cand_b = row_groups(cand.meta, group_by)
     cand_a, cand_b = cand_a[:n], cand_b[:n]
+    if holdout not in ("pair", "self"):
+        raise ConfigError(f"holdout must be 'pair' or 'self', got {holdout!r}")
+    if partner_effect is None:
+        partner_effect = holdout == "self"
+    # Each key maps to the candidate rows one model predicts: rows i (direction a) and i + n (direction b).
     by_key: dict[tuple[str, ...], list[int]] = {}
-    for i, (a, b) in enumerate(zip(cand_a, cand_b, strict=True)):
-        by_key.setdefault(tuple(sorted({a, b})), []).append(i)
+    if holdout == "pair":
+        for i, (a, b) in enumerate(zip(cand_a, cand_b, strict=True)):
+            by_key.setdefault(tuple(sorted({a, b})), []).extend((i, i + n))
+    else:
+        for i, g in enumerate(np.concatenate([cand_a, cand_b])):
+            by_key.setdefault((g,), []).append(i)
     q = np.full((2 * n, 3), np.nan)
     for key, members in by_key.items():  # first-seen order, so the output is deterministic
         held = set(key)
@@ -286,8 +305,7 @@ def out_of_fold_predictions(
         # Each model has its own feature state (device references, partner effects) from its own rows.
         fit_rows, state = prepare_rows(train, np.flatnonzero(use), features, partner_effect)
         model = SlowdownRegressor(**params).fit(fit_rows.X[use], train.y[use])
-        idx = np.asarray(members)
-        rows = np.concatenate([idx, idx + n])
+        rows = np.asarray(members)
         X = with_reference(cand, state["device_reference"]).X.iloc[rows]
         if partner_effect:
             effect = lookup_partner_effect(state["partner_effect"], cand.meta.iloc[rows])

@@ -475,7 +475,8 @@ def evaluate(
     random_split : bool
         Also report an optimistic random split over pairs, labelled as such.
     **params
-        ``SlowdownRegressor`` parameters.
+        ``cross_validate`` options (``features``, ``partner_effect``, ``tune``) and ``SlowdownRegressor``
+        parameters.
 
     Returns
     -------
@@ -487,6 +488,7 @@ def evaluate(
     """
     if group_by not in GROUP_BY:
         raise ConfigError(f"group_by must be one of {list(GROUP_BY)}, got {group_by!r}")
-    return evaluate_rows(
-        ordered_rows(profiles, pairs), group_by=group_by, random_split=random_split, **params
-    )
+    # Nested selection tries every feature set, so it starts from all features.
+    features = "all" if params.get("tune") else params.get("features", "physical")
+    rows = ordered_rows(profiles, pairs, features=features)
+    return evaluate_rows(rows, group_by=group_by, random_split=random_split, **params)

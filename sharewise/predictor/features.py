@@ -1,4 +1,9 @@
-"""Pair features: join pairs to solo profiles and build ordered (self, partner) feature rows with numpy."""
+"""Pair features: join pairs to solo profiles and build ordered (self, partner) feature rows with numpy.
+
+Two features carry fitted state, which a model keeps and cross-validation fits per fold on training rows
+only: device shares (a job's rate over the highest rate on its device in training, ``device_reference``)
+and the partner's measured effect on others (``with_partner_effect``). ``prepare_rows`` fits both.
+"""
 
 from __future__ import annotations
 
@@ -413,9 +418,9 @@ def with_reference(rows: PairRows, reference: Mapping[str, Mapping[str, float]])
     same = (rows.meta["self_workload"] == rows.meta["partner_workload"]).to_numpy()
     full = pair_feature_matrix(s, p, base, same, ref, ref)
     X = rows.X.copy()
+    shares = tuple(f"{PAIR_PREFIX}{side}_share_" for side in ("self", "partner", "sum"))
     for j, name in enumerate(pair_feature_names(base)):
-        if name.startswith((f"{PAIR_PREFIX}self_share_", f"{PAIR_PREFIX}partner_share_",
-                            f"{PAIR_PREFIX}sum_share_")):
+        if name.startswith(shares):
             X[name] = full[:, j]
     return PairRows(X=X, y=rows.y, meta=rows.meta, reference={k: dict(v) for k, v in reference.items()})
 
@@ -584,7 +589,10 @@ def _profile_matrix(profiles: pd.DataFrame, base: Sequence[str]) -> np.ndarray:
         )
     if not base:
         return np.empty((len(profiles), 0))
-    return profiles[list(base)].to_numpy(dtype=np.float64, na_value=np.nan)
+    # Rounded to float32, the precision of the feature matrix: features recomputed later from a matrix's
+    # self_/partner_ columns (``with_reference``) then equal those computed here, bit for bit.
+    values = profiles[list(base)].to_numpy(dtype=np.float64, na_value=np.nan)
+    return values.astype(np.float32).astype(np.float64)
 
 
 def _profile_devices(profiles: pd.DataFrame) -> np.ndarray:

@@ -68,9 +68,7 @@ def resolve_specs(specs: Sequence[str]) -> list[tuple[str, str]]:
     return resolved
 
 
-def done_keys(
-    existing: pd.DataFrame, config: RunConfig, device_name: str | None, retry_failed: bool
-) -> set:
+def done_keys(existing: pd.DataFrame, config: RunConfig, device_name: str | None, retry_failed: bool) -> set:
     """Return the (a, b) pairs already recorded for this device, mode and size (both orders).
 
     ``device_name=None`` accepts rows of any device of the config's kind: a cluster's pairs are recorded
@@ -166,8 +164,13 @@ def run_campaign(
                         # same status instead of paying a crash or a timeout per pair.
                         bad = na if na in broken else nb
                         status, error = broken[bad]
-                        row = empty_row(PairTask(sa, sb, na, nb), config, device_name, status,
-                                        f"not run: the solo profile of {bad} failed: {error}")
+                        row = empty_row(
+                            PairTask(sa, sb, na, nb),
+                            config,
+                            device_name,
+                            status,
+                            f"not run: the solo profile of {bad} failed: {error}",
+                        )
                         unrunnable.append(row)
                     else:
                         tasks.append(PairTask(sa, sb, na, nb))

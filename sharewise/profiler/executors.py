@@ -143,8 +143,13 @@ class RayExecutor:
                 yield ray.get(ref)
             except Exception as exc:  # retries exhausted, or the task raised
                 text = str(exc).strip().splitlines()
-                yield empty_row(task, self.config, self.device_name, "failed",
-                                f"ray task failed ({type(exc).__name__}): {text[-1] if text else ''}"[:500])
+                yield empty_row(
+                    task,
+                    self.config,
+                    self.device_name,
+                    "failed",
+                    f"ray task failed ({type(exc).__name__}): {text[-1] if text else ''}"[:500],
+                )
 
     def close(self) -> None:
         # A campaign that stops early (an error, Ctrl-C) must not leave pair runs going on a cluster that

@@ -135,7 +135,11 @@ class MpsDaemon:
         control = shutil.which("nvidia-cuda-mps-control")
         if control:
             subprocess.run(
-                [control], input="quit\n", env={**os.environ, **self.env}, capture_output=True, text=True,
+                [control],
+                input="quit\n",
+                env={**os.environ, **self.env},
+                capture_output=True,
+                text=True,
                 timeout=30,
             )
         self.started = False
@@ -147,7 +151,11 @@ def _mps_running(control: str, pipe_dir: str) -> bool:
     if not Path(pipe_dir, "control").exists():
         return False
     probe = subprocess.run(
-        [control], input="get_server_list\n", env={**os.environ, "CUDA_MPS_PIPE_DIRECTORY": pipe_dir},
-        capture_output=True, text=True, timeout=10,
+        [control],
+        input="get_server_list\n",
+        env={**os.environ, "CUDA_MPS_PIPE_DIRECTORY": pipe_dir},
+        capture_output=True,
+        text=True,
+        timeout=10,
     )
     return probe.returncode == 0

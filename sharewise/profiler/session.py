@@ -94,7 +94,9 @@ class Worker:
             self.proc.stdin.write(json.dumps(msg) + "\n")
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError):
-            raise WorkerFailed("failed", f"{self.spec}: worker exited unexpectedly{self._stderr_tail()}") from None
+            raise WorkerFailed(
+                "failed", f"{self.spec}: worker exited unexpectedly{self._stderr_tail()}"
+            ) from None
 
     def recv(self, expect: str, timeout: float) -> dict:
         """Wait for the next message; raise ``WorkerFailed`` on error, death or timeout."""
@@ -116,7 +118,9 @@ class Worker:
                 if not chunk:
                     self.proc.wait(timeout=5)
                     code = self.proc.returncode
-                    reason = f"killed by signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+                    reason = (
+                        f"killed by signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+                    )
                     status = "oom" if code == -signal.SIGKILL else "failed"
                     raise WorkerFailed(status, f"{self.spec}: worker died ({reason}){self._stderr_tail()}")
                 self._buf += chunk
@@ -206,7 +210,9 @@ def common_window(config: RunConfig, step_ms: list[float], n_partners: int) -> f
     return min(config.max_window_s, max(config.window_s, needed))
 
 
-def measure_together(workers: list[Worker], window_s: float, min_steps: int, timeout: float, tail: bool) -> tuple[list[Window], float]:
+def measure_together(
+    workers: list[Worker], window_s: float, min_steps: int, timeout: float, tail: bool
+) -> tuple[list[Window], float]:
     """Start ``workers`` on one shared absolute start time; return their windows and the foreign CPU share."""
     meter = ForeignCpuMeter([w.pid for w in workers])
     start_at = time.time() + START_DELAY_S
@@ -233,7 +239,7 @@ def run_repeat(
     still holds its memory, as a resident job would). Raises ``WorkerFailed``.
     """
     deadline = time.monotonic() + config.timeout_s
-    workers = [Worker(s, config, p, extra_env, deadline) for s, p in zip(specs, placements)]
+    workers = [Worker(s, config, p, extra_env, deadline) for s, p in zip(specs, placements, strict=True)]
     try:
         for w in workers:
             w.info = w.recv("ready", config.timeout_s)
@@ -241,10 +247,14 @@ def run_repeat(
         per_window_timeout = window * 6 + 30
         solo, foreign = [], 0.0
         for w in workers:
-            (win,), share = measure_together([w], window, config.min_window_steps, per_window_timeout, tail=False)
+            (win,), share = measure_together(
+                [w], window, config.min_window_steps, per_window_timeout, tail=False
+            )
             solo.append(win)
             foreign = max(foreign, share)
-        coloc, share = measure_together(workers, window, config.min_window_steps, per_window_timeout, tail=True)
+        coloc, share = measure_together(
+            workers, window, config.min_window_steps, per_window_timeout, tail=True
+        )
         foreign = max(foreign, share)
         return RepeatResult(solo, coloc, window, foreign, [w.info for w in workers])
     except BaseException:

@@ -52,13 +52,15 @@ def profile_workload(
     (place,) = placements(config, 1)
     windows, foreign, features, info = [], [], None, {}
     began = time.monotonic()
-    for repeat in range(config.repeats):
+    for _ in range(config.repeats):
         wait_until_idle(config.idle_threshold, max_wait_s=config.idle_wait_s)
         worker = Worker(spec, config, place, extra_env, deadline=time.monotonic() + config.timeout_s)
         try:
             info = worker.recv("ready", config.timeout_s)
             window = common_window(config, [info["step_ms"]], 1)
-            (win,), share = measure_together([worker], window, config.min_window_steps, window * 6 + 30, False)
+            (win,), share = measure_together(
+                [worker], window, config.min_window_steps, window * 6 + 30, False
+            )
             windows.append(win)
             foreign.append(share)
             if features is None and feature_lookup is not None:
@@ -107,9 +109,11 @@ def profile_workload(
     row["f_step_time_ms"] = row["iter_time_ms"]
     if "f_flops_per_step" in row:
         row["f_achieved_flop_rate"] = row["f_flops_per_step"] * tp
-    computed = {k: float(v) for k, v in feats.items() if k.startswith("f_")} if features and features.get(
-        "_computed"
-    ) else None
+    computed = (
+        {k: float(v) for k, v in feats.items() if k.startswith("f_")}
+        if features and features.get("_computed")
+        else None
+    )
     return SoloResult(row, computed)
 
 

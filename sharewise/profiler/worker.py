@@ -212,9 +212,7 @@ def main(argv: list[str] | None = None) -> int:
             pid=os.getpid(),
             host=socket.gethostname(),
             torch_version=torch.__version__,
-            device_name=(
-                torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_device_name()
-            ),
+            device_name=(torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_device_name()),
             batch_size=workload.batch_size,
             family=getattr(workload, "family", "") or "",
             threads=torch.get_num_threads(),

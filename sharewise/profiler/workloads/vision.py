@@ -94,7 +94,8 @@ class ResNet(nn.Module):
         super().__init__()
         stem = _channels(64, cfg.width)
         if cfg.stem == "cifar":
-            # Small images keep their resolution into the first stage (He et al. 2016, section 4.2).
+            # The CIFAR variant of the ImageNet ResNets (e.g. kuangliu/pytorch-cifar): small images keep
+            # their resolution into the first stage instead of being cut to a quarter by the stem.
             self.stem = nn.Sequential(
                 nn.Conv2d(3, stem, 3, 1, 1, bias=False), nn.BatchNorm2d(stem), nn.ReLU(inplace=True)
             )

@@ -1,0 +1,179 @@
+"""Benchmark: ``sharewise recommend`` on 10,000 queued jobs (target <= 2 s on 2 cores), exact vs greedy.
+
+Scenarios (Gavel V100 workloads and a model trained on the imported Gavel pairs):
+
+- ``free``: 10,000 queued single-GPU jobs, 4,000 free GPUs: 6,000 jobs must pair up or wait.
+- ``cluster``: 10,000 queued jobs (5% multi-GPU) on 8,000 GPUs, of which 4,000 hold one job, 2,000 two, 2,000
+  are free.
+- ``many-types``: 10,000 jobs of 800 distinct (synthetic) workloads, where the exact program is too big and
+  the greedy pairing takes over (the solver alone; a model cannot predict workloads it has no profile of).
+
+For each: the whole command (``recommend()``: model load, dataset read, predictions of every workload pair,
+the pairing, explanations) and the pairing alone, with its method, and the expected throughput of the exact
+and greedy pairings. The CLI process (Python start-up and imports included) is timed once.
+
+    .venv/bin/python benchmarks/bench_policy.py [--data-root ../shared/data] [--jobs 10000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+REPO = Path(__file__).resolve().parents[1]
+TARGET_S = 2.0
+
+
+def setup(data_root: Path, work: Path) -> tuple[Path, Path, list[str]]:
+    from sharewise.datasets.importers import get_importer
+    from sharewise.datasets.store import Dataset
+    from sharewise.predictor import train_model
+
+    data = work / "gavel"
+    get_importer("gavel")(data_root / "gavel" / "simulation_throughputs.json", data)
+    ds = Dataset(data)
+    profiles, pairs = ds.read_profiles(), ds.read_pairs()
+    began = time.perf_counter()
+    model = train_model(profiles, pairs)
+    took = time.perf_counter() - began
+    print(f"trained the model on {len(pairs)} Gavel pairs in {took:.1f} s (not timed below)")
+    model.save(work / "model.json")
+    workloads = sorted(profiles.loc[profiles["device_name"] == "v100", "workload"].unique())
+    return data, work / "model.json", workloads
+
+
+def queue_csv(path: Path, workloads: list[str], n: int, multi: float, rng: np.random.Generator) -> Path:
+    gpus = np.where(rng.random(n) < multi, rng.choice([2, 4, 8], n), 1)
+    pd.DataFrame(
+        {
+            "job_id": [f"q{i}" for i in range(n)],
+            "workload": rng.choice(workloads, n),
+            "gpus": gpus,
+            "remaining_s": rng.exponential(3600.0, n).round(1),
+        }
+    ).to_csv(path, index=False)
+    return path
+
+
+def cluster_csv(path: Path, workloads: list[str], rng: np.random.Generator) -> Path:
+    rows = []
+    for g in range(8000):
+        residents = 1 if g < 4000 else 2 if g < 6000 else 0
+        if residents == 0:
+            rows.append({"gpu": f"g{g}", "node": f"n{g // 8}", "job_id": "", "workload": ""})
+        for r in range(residents):
+            rows.append(
+                {
+                    "gpu": f"g{g}",
+                    "node": f"n{g // 8}",
+                    "job_id": f"r{g}-{r}",
+                    "workload": rng.choice(workloads),
+                }
+            )
+    pd.DataFrame(rows).to_csv(path, index=False)
+    return path
+
+
+def timed(fn):
+    began = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - began
+
+
+def run(data_root: Path, n_jobs: int) -> None:
+    from sharewise.policy.recommend import RecommendConfig, plan_pairs, recommend
+    from sharewise.policy.table import SlowdownTable
+
+    rng = np.random.default_rng(0)
+    with tempfile.TemporaryDirectory(prefix="sharewise-bench-rec-") as tmp:
+        work = Path(tmp)
+        data, model, workloads = setup(data_root, work)
+        scenarios = {
+            "free": (queue_csv(work / "q_free.csv", workloads, n_jobs, 0.0, rng), {"gpus": 4000}),
+            "cluster": (
+                queue_csv(work / "q_cluster.csv", workloads, n_jobs, 0.05, rng),
+                {"cluster": str(cluster_csv(work / "cluster.csv", workloads, rng))},
+            ),
+        }
+        print(
+            f"\n{'scenario':10s} {'whole s':>8s} {'pairing s':>10s} {'method':>7s} {'placed':>7s} "
+            f"{'waiting':>8s} {'throughput':>11s} {'greedy tput':>12s} {'greedy s':>9s} {'target':>7s}"
+        )
+        for name, (queue, gpus) in scenarios.items():
+            cfg = RecommendConfig(
+                model=str(model), data=str(data), queue=str(queue), device_name="v100", **gpus
+            )
+            recommend(cfg)  # warm the imports (XGBoost, SciPy's MILP) once, as a long-lived process would
+            plan, whole = timed(lambda cfg=cfg: recommend(cfg))
+            greedy, _ = timed(
+                lambda cfg=cfg: recommend(RecommendConfig(**{**cfg.__dict__, "method": "greedy"}))
+            )
+            placed = sum(len(p["jobs"]) for p in plan.placements if p["kind"] != "join") + sum(
+                1 for p in plan.placements if p["kind"] == "join"
+            )
+            print(
+                f"{name:10s} {whole:8.2f} {plan.solve_s:10.3f} {plan.method:>7s} {placed:7d} "
+                f"{len(plan.waiting):8d} "
+                f"{plan.throughput:11.1f} {greedy.throughput:12.1f} {greedy.solve_s:9.3f} "
+                f"{'ok' if whole <= TARGET_S else 'MISSED':>7s}"
+            )
+        # Many distinct workloads: the solver alone, on a synthetic table.
+        n_types = 800
+        names = [f"w{i}" for i in range(n_types)]
+        p50 = rng.uniform(1.05, 2.5, (n_types, n_types))
+        table = SlowdownTable(names, p50, p50, p50 * 1.15, np.ones((n_types, n_types), bool))
+        q = pd.DataFrame({"job_id": [f"j{i}" for i in range(n_jobs)], "workload": rng.choice(names, n_jobs)})
+        plan, took = timed(lambda: plan_pairs(q, table, gpus=4000))
+        print(f"{'many-types':10s} {'-':>8s} {took:10.3f} {plan.method:>7s}  ({plan.method_note})")
+        # The CLI as a user runs it, Python start-up and imports included.
+        queue, gpus = scenarios["free"]
+        began = time.perf_counter()
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "sharewise",
+                "recommend",
+                "--model",
+                str(model),
+                "--data",
+                str(data),
+                "--queue",
+                str(queue),
+                "--gpus",
+                "4000",
+                "--device-name",
+                "v100",
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+        )
+        wall = time.perf_counter() - began
+        if proc.returncode != 0:
+            raise SystemExit(f"recommend failed: {proc.stderr[-500:]}")
+        print(
+            f"\nCLI 'sharewise recommend --json' on {n_jobs} jobs, 4000 GPUs: {wall:.2f} s wall "
+            "(process start-up and imports included)"
+        )
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data-root", type=Path, default=REPO.parent / "shared" / "data")
+    parser.add_argument("--jobs", type=int, default=10_000)
+    args = parser.parse_args(argv)
+    if not (args.data_root / "gavel").is_dir():
+        raise SystemExit(f"public data not found under {args.data_root}; pass --data-root")
+    run(args.data_root, args.jobs)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
