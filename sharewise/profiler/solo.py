@@ -104,6 +104,12 @@ def profile_workload(
     feats = dict(features or {})
     feats.pop("_computed", None)
     row.update({k: float(v) for k, v in feats.items() if k.startswith("f_")})
+    # Cores busy during the solo windows: how much of the device's host side a job needs. On CPUs it is the
+    # main driver of time-sharing interference (a job that keeps every core busy loses half its speed next to
+    # any busy partner; one whose ops run on one thread barely notices).
+    cores_used = float(np.mean([w.cpu_s / w.elapsed_s for w in windows]))
+    row["f_cpu_cores_used"] = cores_used
+    row["f_cpu_util"] = cores_used / max(1, int(info.get("threads", 1)))
     # The measured window beats the few traced steps the features came from (and cached features may come
     # from an earlier run), so the rate features are restated from this profile's windows.
     row["f_step_time_ms"] = row["iter_time_ms"]
