@@ -114,7 +114,7 @@ def profile(
     table = Table(title=f"solo profiles -> {out}")
     for col in (
         "workload",
-        "device",
+        "dev",
         "batch",
         "steps/s",
         "samples/s",
@@ -125,14 +125,14 @@ def profile(
         "features",
         "time s",
     ):
-        table.add_column(col, justify="right" if col not in ("workload", "device") else "left")
+        table.add_column(col, justify="right" if col not in ("workload", "dev") else "left", no_wrap=True)
 
     def on_row(row):
         n_feat = sum(1 for k in row if k.startswith("f_"))
         pm = row.get("pm_score", math.nan)
         table.add_row(
             row["workload"],
-            row["device_name"],
+            f"{row['device_kind']}:{row['device_index']}",
             str(row["batch_size"]),
             f"{row['throughput']:.2f}",
             f"{row['samples_per_s']:.1f}",

@@ -72,6 +72,18 @@ PAIR_OPTIONAL: dict[str, str] = {
     "source": "str",
 }
 PAIR_STATUSES = ("ok", "failed", "oom", "timeout", "skipped")
+# Columns of a predictions table: what the predictor writes and the policies read (p* are slowdowns).
+PREDICTION_COLUMNS = (
+    "workload_a",
+    "workload_b",
+    "device_name",
+    "p10_a",
+    "p50_a",
+    "p90_a",
+    "p10_b",
+    "p50_b",
+    "p90_b",
+)
 # Numbers a pair row may leave NaN unless its status is "ok".
 _PAIR_MEASURED = ("solo_a", "solo_b", "coloc_a", "coloc_b", "slowdown_a", "slowdown_b", "cv_a", "cv_b")
 # Keys that identify one measurement: a rerun replaces the older row with the same key.

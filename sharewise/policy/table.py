@@ -7,19 +7,8 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
+from sharewise.datasets.schema import PREDICTION_COLUMNS
 from sharewise.errors import ConfigError, DatasetError, SchemaError, UnknownWorkloadError
-
-PREDICTION_COLUMNS = (
-    "workload_a",
-    "workload_b",
-    "device_name",
-    "p10_a",
-    "p50_a",
-    "p90_a",
-    "p10_b",
-    "p50_b",
-    "p90_b",
-)
 
 
 class SlowdownTable:

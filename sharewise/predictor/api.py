@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from sharewise.datasets.schema import PREDICTION_COLUMNS
 from sharewise.errors import ConfigError, DatasetError
 from sharewise.predictor.evaluation import GROUP_BY, row_groups
 from sharewise.predictor.features import (
@@ -23,18 +24,6 @@ from sharewise.predictor.features import (
     with_reference,
 )
 from sharewise.predictor.model import SlowdownRegressor
-
-PREDICTION_COLUMNS = (
-    "workload_a",
-    "workload_b",
-    "device_name",
-    "p10_a",
-    "p50_a",
-    "p90_a",
-    "p10_b",
-    "p50_b",
-    "p90_b",
-)
 
 
 def training_summary(rows: PairRows, profiles: pd.DataFrame) -> dict:
