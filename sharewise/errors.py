@@ -58,3 +58,11 @@ class MissingDependencyError(SharewiseError, ImportError):
 
 class InvalidPlacementError(SharewiseError, RuntimeError):
     """A policy returned a placement the cluster cannot run (a bug in the policy, not in the user's input)."""
+
+
+class ProfileFailed(SharewiseError, RuntimeError):
+    """A solo profile whose workload failed, ran out of memory or timed out; ``status`` says which."""
+
+    def __init__(self, status: str, error: str) -> None:
+        super().__init__(f"profiling failed ({status}): {error}")
+        self.status = status

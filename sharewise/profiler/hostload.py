@@ -107,7 +107,6 @@ def wait_until_idle(threshold: float, sample_s: float = 0.5, max_wait_s: float =
     Returns the last measured share; the caller records it and decides what a still-busy host means.
     """
     deadline = time.monotonic() + max_wait_s
-    ncores = os.cpu_count() or 1
     while True:
         meter = ForeignCpuMeter()
         meter.start()
@@ -115,4 +114,4 @@ def wait_until_idle(threshold: float, sample_s: float = 0.5, max_wait_s: float =
         share = meter.stop()
         if share != share or share <= threshold or time.monotonic() >= deadline:
             return share if share == share else 0.0
-        time.sleep(min(1.0, max(0.0, deadline - time.monotonic())) / max(1, ncores))
+        time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))  # let the other job get on

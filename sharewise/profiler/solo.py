@@ -10,20 +10,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from sharewise.datasets.store import utc_now
-from sharewise.errors import SharewiseError
+from sharewise.errors import ProfileFailed
 from sharewise.profiler.config import RunConfig, device_kind
 from sharewise.profiler.hostload import wait_until_idle
 from sharewise.profiler.modes import placements
 from sharewise.profiler.pair import cv
 from sharewise.profiler.session import Worker, WorkerFailed, common_window, measure_together
-
-
-class ProfileFailed(SharewiseError, RuntimeError):
-    """A solo profile whose workload failed, ran out of memory or timed out."""
-
-    def __init__(self, status: str, error: str) -> None:
-        super().__init__(f"profiling failed ({status}): {error}")
-        self.status = status
 
 
 @dataclass
