@@ -449,10 +449,11 @@ def test_collect_events_on_cpu_keeps_top_level_ops_only():
 class _FakeEvent:
     """Stands in for torch's FunctionEvent with the attributes events_from_profiler reads."""
 
-    def __init__(self, name, start, dur, *, cuda=False, id=0, linked=0, parent=None):
+    def __init__(self, name, start, dur, *, cuda=False, id=0, linked=0, parent=None, annotation=False):
         from torch.autograd import DeviceType
 
         self.name, self.id, self.linked_correlation_id, self.cpu_parent = name, id, linked, parent
+        self.is_user_annotation = annotation
         self.device_type = DeviceType.CUDA if cuda else DeviceType.CPU
         self.is_async = False
         self.time_range = type("Interval", (), {"start": start, "elapsed_us": lambda _self: dur})()
@@ -469,7 +470,11 @@ def test_events_from_profiler_maps_cuda_kernels_to_launching_ops():
     foreach = _FakeEvent("aten::_foreach_add_", 310.0, 20.0, id=6, parent=opt)
     apply = _FakeEvent("multi_tensor_apply_kernel", 320.0, 10.0, cuda=True, linked=6)
     orphan = _FakeEvent("some_kernel", 500.0, 10.0, cuda=True, linked=99)
-    raw = [before, early_kernel, window, linear, addmm, gemm, opt, foreach, apply, orphan]
+    # On CUDA, torch mirrors record_function ranges onto the GPU timeline (seen on an H200, torch 2.11): they
+    # are neither a second window nor kernels, with or without the is_user_annotation flag set.
+    gpu_window = _FakeEvent(WINDOW_NAME, 101.0, 899.0, cuda=True, annotation=True)
+    gpu_opt = _FakeEvent("Optimizer.step#Adam.step", 305.0, 90.0, cuda=True)
+    raw = [before, early_kernel, window, gpu_window, linear, addmm, gemm, opt, gpu_opt, foreach, apply, orphan]
 
     cuda = events_from_profiler(raw, "cuda")
     kernels = [e for e in cuda if e["is_kernel"]]

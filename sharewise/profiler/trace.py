@@ -234,6 +234,18 @@ def collect_events(workload: Workload, steps: int, device: Any) -> list[dict[str
     return events_from_profiler(list(prof.events()), dev.type)
 
 
+def _is_gpu_annotation(e: Any) -> bool:
+    """True for the GPU-side copy of a ``record_function`` range, which is no kernel.
+
+    On CUDA the profiler mirrors each annotation (our window, ``Optimizer.step#...``, ``ProfilerStep#N``)
+    onto the GPU timeline as an event of device type CUDA (seen on an H200 with torch 2.11): counted as a
+    kernel it would double the window and inflate kernel counts.
+    """
+    if getattr(e, "is_user_annotation", False):
+        return True
+    return e.name == WINDOW_NAME or e.name.startswith((_OPTIMIZER_SCOPE, "ProfilerStep#"))
+
+
 def events_from_profiler(raw: list[Any], device_kind: str) -> list[dict[str, Any]]:
     """Turn the profiler's ``FunctionEvent`` objects into the plain event dicts of ``collect_events``.
 
@@ -282,7 +294,7 @@ def events_from_profiler(raw: list[Any], device_kind: str) -> list[dict[str, Any
         out.append(event)
     if on_cuda:
         for e in raw:
-            if e.device_type != DeviceType.CUDA:
+            if e.device_type != DeviceType.CUDA or _is_gpu_annotation(e):
                 continue
             event = {
                 "name": e.name,
