@@ -17,7 +17,7 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 
 from sharewise.policy._sharing import SharingState, candidates
-from sharewise.policy.base import ClusterState, Placement, Queue, in_order, pick_free_gpus
+from sharewise.policy.base import ClusterState, Placement, Queue, in_order, pick_free_gpus, smallest_first
 from sharewise.policy.table import SlowdownTable
 
 # Cost that marks a forbidden (job, GPU) cell in the assignment; finite, as linear_sum_assignment requires.
@@ -52,7 +52,9 @@ def _coefficients(table: SlowdownTable) -> tuple[np.ndarray, ...]:
     stretch = 2 * s50 - 1 - s50 / s50.T
     # If a ends first, b ends at e_b + e_a * s_ab (1 - 1 / s_ba) (p90 slowdowns).
     extra90 = s90 * (1 - 1 / s90.T)
-    return tuple(np.ascontiguousarray(x).ravel() for x in (ok, s50, s90, stretch, extra90))
+    # Per resident workload: may any workload join it at all?
+    joinable = ok.any(axis=0)
+    return tuple(np.ascontiguousarray(x).ravel() for x in (ok, s50, s90, stretch, extra90, joinable))
 
 
 def sharing_costs(
@@ -72,12 +74,12 @@ def sharing_costs(
     slowdown (``elapsed_b`` run so far, ``work_b`` its whole exclusive time) would exceed ``max_slowdown``.
     Closed forms over per-pair constants keep this a few vector operations per call.
     """
-    ok, s50, s90, stretch, extra90 = _coefficients(table)
+    ok, s50, s90, stretch, extra90, joinable = _coefficients(table)
     n = len(table)
     cost = np.full((wl_a.shape[0], wl_b.shape[0]), _FORBIDDEN)
     # A resident already at its budget cannot slow down any further.
     budget_b = max_slowdown * work_b - elapsed_b
-    cols = np.flatnonzero((e_b <= budget_b) & ok.reshape(n, n)[:, wl_b].any(axis=0))
+    cols = np.flatnonzero((e_b <= budget_b) & joinable[wl_b])
     if cols.shape[0] == 0 or wl_a.shape[0] == 0:
         return cost
     ab = wl_a[:, None] * n + wl_b[cols][None, :]
@@ -91,6 +93,8 @@ def sharing_costs(
         (s90_ba * eb <= budget) & (ea + eb * extra90.take(ba) <= max_slowdown * ea),
     )
     slo &= ok.take(ab)
+    if not slo.any():
+        return cost
     a_first = s50.take(ab) * ea <= s50.take(ba) * eb
     value = np.where(a_first, ea * stretch.take(ab), eb * stretch.take(ba))
     cost[:, cols] = np.where(slo, value, _FORBIDDEN)
@@ -138,12 +142,14 @@ def sharewise(
         SLO on each job's realized slowdown, checked at the predicted p90 (default: ``cluster.slo``).
     head
         How many waiting jobs at the head of the SJF queue compete for shared GPUs in one call (24: as good
-        as 32 or 64 on the Gavel trace, within noise, and keeps the full Philly trace near a minute).
+        as 32 or 64 on the Gavel trace, within noise, and keeps the full Philly trace under a minute).
 
     Returns
     -------
     list of Placement, e.g. ``[Placement(job=4, gpus=(17,)), Placement(job=9, gpus=(3, 4))]``.
     """
+    if len(queue) == 0:
+        return []
     if max_slowdown is None:
         max_slowdown = cluster.slo
     state = SharingState(cluster, table)
@@ -152,17 +158,21 @@ def sharewise(
         return []
     placements: list[Placement] = []
     waiting: list[int] = []
-    # 1. Free GPUs, shortest job first, on as few nodes as possible.
-    for i in in_order(queue.remaining[cand], state.n_free + head, cand):
-        k = int(queue.gpus[i])
-        if k <= state.n_free:
-            chosen = pick_free_gpus(state.free_mask(), cluster.node, k)
-            state.place(int(queue.job[i]), int(queue.workload[i]), float(queue.remaining[i]), chosen)
-            placements.append(Placement(int(queue.job[i]), tuple(int(g) for g in chosen)))
-        else:
-            waiting.append(i)
-            if len(waiting) >= head:
-                break
+    # 1. Free GPUs, shortest job first, on as few nodes as possible. With none free (the common case in a busy
+    # cluster) the head of the SJF queue simply waits: one partial sort, no loop.
+    if state.n_free == 0:
+        waiting = cand[smallest_first(queue.remaining[cand], head)[:head]].tolist()
+    else:
+        for i in in_order(queue.remaining[cand], state.n_free + head, cand):
+            k = int(queue.gpus[i])
+            if k <= state.n_free:
+                chosen = pick_free_gpus(state.free_mask(), cluster.node, k)
+                state.place(int(queue.job[i]), int(queue.workload[i]), float(queue.remaining[i]), chosen)
+                placements.append(Placement(int(queue.job[i]), tuple(int(g) for g in chosen)))
+            else:
+                waiting.append(i)
+                if len(waiting) >= head:
+                    break
     if not waiting or state.n_single == 0:
         return placements
     # 2. Costs of sharing (stretch of both jobs) and of waiting (time to the r-th GPU release).
@@ -192,9 +202,13 @@ def sharewise(
     for r in np.flatnonzero((k_a > 1) & (usable_count >= k_a - state.n_free)):
         need = int(k_a[r]) - state.n_free
         row = np.where(taken, _FORBIDDEN, share_cost[r])
-        best = np.argsort(row, kind="stable")[:need]
-        if best.shape[0] < need or row[best].max() >= _FORBIDDEN or row[best].sum() >= wait_cost[r]:
+        if need > row.shape[0]:
             continue
+        # The need cheapest costs (a partition, no sort) decide; most such jobs keep waiting.
+        cheapest = np.partition(row, need - 1)[:need]
+        if cheapest.max() >= _FORBIDDEN or cheapest.sum() >= wait_cost[r]:
+            continue
+        best = np.argsort(row, kind="stable")[:need]
         free = pick_free_gpus(state.free_mask(), cluster.node, state.n_free) if state.n_free else None
         gpus = single[best] if free is None else np.concatenate([free, single[best]])
         taken[best] = True
