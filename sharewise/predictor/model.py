@@ -22,7 +22,9 @@ from sharewise.errors import (
 
 # Version of the saved model layout (sidecar keys and pair feature naming). Bump it when a saved model
 # could no longer be read correctly; load() refuses other versions instead of predicting garbage.
-MODEL_SCHEMA_VERSION = 2  # 2: device-share features, their references and the prior in the sidecar
+MODEL_SCHEMA_VERSION = 3  # 2: device-share features and references; 3: the probe offset (``offset_feature``)
+#: Default ``offset_feature``: the job's slowdown next to the profiler's probe (``sharewise.profiler.probe``).
+PROBE_OFFSET = "self_f_probe_slowdown"
 SIDECAR_SUFFIX = ".sidecar.json"
 
 
@@ -85,6 +87,14 @@ class SlowdownRegressor(RegressorMixin, BaseEstimator):
         Histogram bins per feature.
     quantiles : tuple of float
         Quantiles to learn, sorted, containing 0.5 (``predict`` returns that one).
+    offset_feature : str or None
+        A feature holding a first estimate of the slowdown; where present (and positive), its log is the
+        starting point of every quantile (XGBoost's base margin) and the trees learn only the correction.
+        The default is the job's slowdown next to the profiler's probe, Bubble-Up's sensitivity (Mars et
+        al., MICRO'11): on the reference CPU campaign it alone halves the error of the trees on a workload
+        never seen, because trees cannot extrapolate a level from a handful of training workloads. Rows
+        without it (NaN, or data such as Gavel's that has no probe) start from 0 as before. None turns it
+        off.
     n_jobs : int or None
         Threads for XGBoost, with scikit-learn's meaning: None is 1, -1 is every core. One thread is the
         default because the quantile objective synchronizes threads after every tree, which on a few
@@ -101,7 +111,9 @@ class SlowdownRegressor(RegressorMixin, BaseEstimator):
     n_features_in_ : int
     quantiles_ : ndarray of float
     prior_ : float
-        Median log slowdown of the training rows (what ``prior_weight`` pulls toward).
+        Median log slowdown of the training rows, after the offset (what ``prior_weight`` pulls toward).
+    offset_index_ : int or None
+        Column of ``offset_feature`` in ``feature_names_in_`` (None when the features do not include it).
     training_summary_ : dict
         What the model was trained on, e.g. ``{"rows": 1952, "pairs": 976, "devices": ["k80"], ...}``.
     """
@@ -119,6 +131,7 @@ class SlowdownRegressor(RegressorMixin, BaseEstimator):
         prior_weight: float = 0.0,
         max_bin: int = 256,
         quantiles: tuple[float, ...] = (0.1, 0.5, 0.9),
+        offset_feature: str | None = PROBE_OFFSET,
         n_jobs: int | None = None,
         random_state: int = 0,
     ) -> None:
@@ -133,6 +146,7 @@ class SlowdownRegressor(RegressorMixin, BaseEstimator):
         self.prior_weight = prior_weight
         self.max_bin = max_bin
         self.quantiles = quantiles
+        self.offset_feature = offset_feature
         self.n_jobs = n_jobs
         self.random_state = random_state
 
@@ -176,9 +190,14 @@ class SlowdownRegressor(RegressorMixin, BaseEstimator):
             if any(signs):
                 params["monotone_constraints"] = "(" + ",".join(str(v) for v in signs) + ")"
         params["nthread"] = self._threads()
+        self.offset_index_ = (
+            names.index(self.offset_feature) if self.offset_feature and self.offset_feature in names else None
+        )
+        offset = self._offset(data)
         dtrain = xgb.QuantileDMatrix(
             data,
             label=np.log(target),
+            base_margin=None if offset is None else np.repeat(offset[:, None], quantiles.shape[0], axis=1),
             feature_names=list(names),
             max_bin=int(self.max_bin),
             nthread=self._threads(),
@@ -187,7 +206,7 @@ class SlowdownRegressor(RegressorMixin, BaseEstimator):
         self.feature_names_in_ = np.asarray(names, dtype=object)
         self.n_features_in_ = len(names)
         self.quantiles_ = quantiles
-        self.prior_ = float(np.median(np.log(target)))
+        self.prior_ = float(np.median(np.log(target) - (0.0 if offset is None else offset)))
         self.training_summary_ = {**(summary or {}), "rows": int(data.shape[0])}
         return self
 
@@ -236,17 +255,29 @@ class SlowdownRegressor(RegressorMixin, BaseEstimator):
             )
         return data
 
+    def _offset(self, data: np.ndarray) -> np.ndarray | None:
+        """Log of the offset feature per row (0 where it is missing or not positive); None without one."""
+        index = getattr(self, "offset_index_", None)
+        if index is None:
+            return None
+        col = np.asarray(data[:, index], dtype=np.float64)
+        ok = np.isfinite(col) & (col > 0)
+        return np.log(np.where(ok, col, 1.0))
+
     def _raw_quantiles(self, data: np.ndarray) -> np.ndarray:
         # n_jobs may have changed through set_params, and a loaded booster knows no thread count.
         self.booster_.set_param({"nthread": self._threads()})
-        raw = np.asarray(self.booster_.inplace_predict(data, validate_features=False))
+        offset = self._offset(data)
+        margin = None if offset is None else np.repeat(offset[:, None], self.quantiles_.shape[0], axis=1)
+        raw = np.asarray(self.booster_.inplace_predict(data, validate_features=False, base_margin=margin))
         raw = raw.reshape(data.shape[0], -1)
         # Quantile heads are fitted independently and may cross; sorting restores p10 <= p50 <= p90.
         out = _sorted_rows(raw)
         w = float(self.prior_weight)
         if w > 0:
             mid = out[:, [int(np.argmin(np.abs(self.quantiles_ - 0.5)))]]
-            out += w * (self.prior_ - mid)
+            resid = mid - (0.0 if offset is None else offset[:, None])
+            out += w * (self.prior_ - resid)
         return out
 
     def predict_matrix(self, data: np.ndarray) -> np.ndarray:
@@ -280,7 +311,8 @@ class SlowdownRegressor(RegressorMixin, BaseEstimator):
     def explain(self, X_row) -> pd.Series:
         """Return per-feature contributions to the p50 log slowdown of one row, largest magnitude first.
 
-        Contributions add up (with ``bias``) to the predicted log slowdown, so ``exp(contribution)`` is the
+        Contributions add up (with ``bias`` and, for a model with an offset, the term
+        ``offset: log <offset_feature>``) to the predicted log slowdown, so ``exp(contribution)`` is the
         factor a feature multiplies the slowdown by. Example::
 
             self_iter_time_ms       0.21
@@ -292,8 +324,10 @@ class SlowdownRegressor(RegressorMixin, BaseEstimator):
         data = self._validated(X_row)
         if data.shape[0] != 1:
             raise ConfigError(f"explain() takes one row, got {data.shape[0]}; select the row to explain")
+        offset = self._offset(data)
+        margin = None if offset is None else np.repeat(offset[:, None], self.quantiles_.shape[0], axis=1)
         contribs = self.booster_.predict(
-            xgb.DMatrix(data, feature_names=list(self.feature_names_in_)),
+            xgb.DMatrix(data, feature_names=list(self.feature_names_in_), base_margin=margin),
             pred_contribs=True,
             validate_features=False,
         )
@@ -305,7 +339,12 @@ class SlowdownRegressor(RegressorMixin, BaseEstimator):
         if w > 0:  # the pull toward the prior scales every contribution and moves the bias
             values = (1.0 - w) * values
             values[-1] += w * self.prior_
-        series = pd.Series(values, index=[*self.feature_names_in_, "bias"], dtype=np.float64)
+        index = [*self.feature_names_in_, "bias"]
+        if offset is not None:  # the offset's log arrives inside the bias: show it as its own term
+            values = np.append(values, offset[0])
+            values[-2] -= offset[0]
+            index.append(f"offset: log {self.offset_feature}")
+        series = pd.Series(values, index=index, dtype=np.float64)
         return series.reindex(series.abs().sort_values(ascending=False, kind="stable").index)
 
     # ---- persistence ---------------------------------------------------------------------------------
@@ -388,6 +427,8 @@ class SlowdownRegressor(RegressorMixin, BaseEstimator):
         model.booster_ = booster
         model.feature_names_in_ = np.asarray(names, dtype=object)
         model.n_features_in_ = len(names)
+        offset = model.offset_feature
+        model.offset_index_ = names.index(offset) if offset and offset in names else None
         model.quantiles_ = np.asarray(
             meta.get("quantiles", params.get("quantiles", (0.1, 0.5, 0.9))), dtype=np.float64
         )

@@ -50,6 +50,8 @@ class RunConfig:
     disturbance_retries: int = 2
     trace_steps: int = 5
     features: bool = True
+    # Run the job next to the probe once per repeat for the sensitivity/pressure features (with ``features``).
+    probe: bool = True
 
     def __post_init__(self) -> None:
         if self.mode not in SHARING_MODES:

@@ -43,28 +43,16 @@ def profile_workload(
     """
     (place,) = placements(config, 1)
     windows, foreign, features, info = [], [], None, {}
+    probe = _ProbeRun(config, extra_env) if config.features and config.probe else None
     began = time.monotonic()
-    for _ in range(config.repeats):
-        wait_until_idle(config.idle_threshold, max_wait_s=config.idle_wait_s)
-        worker = Worker(spec, config, place, extra_env, deadline=time.monotonic() + config.timeout_s)
-        try:
-            info = worker.recv("ready", config.timeout_s)
-            window = common_window(config, [info["step_ms"]], 1)
-            (win,), share = measure_together(
-                [worker], window, config.min_window_steps, window * 6 + 30, False
+    try:
+        for _ in range(config.repeats):
+            info, features = _solo_repeat(
+                spec, config, place, extra_env, feature_lookup, features, windows, foreign, probe
             )
-            windows.append(win)
-            foreign.append(share)
-            if features is None and feature_lookup is not None:
-                features = feature_lookup(info)
-            if features is None and config.features:
-                worker.send(cmd="features", trace_steps=config.trace_steps)
-                features = worker.recv("features", config.timeout_s)["features"]
-                features["_computed"] = True
-        except WorkerFailed as exc:
-            raise ProfileFailed(exc.status, exc.error) from None
-        finally:
-            worker.close()
+    finally:
+        if probe is not None:
+            probe.close()
     throughputs = [w.throughput for w in windows]
     tp = float(np.mean(throughputs))
     batch = int(info["batch_size"])
@@ -107,12 +95,99 @@ def profile_workload(
     row["f_step_time_ms"] = row["iter_time_ms"]
     if "f_flops_per_step" in row:
         row["f_achieved_flop_rate"] = row["f_flops_per_step"] * tp
+    if probe is not None:
+        row.update(probe.features())
     computed = (
         {k: float(v) for k, v in feats.items() if k.startswith("f_")}
         if features and features.get("_computed")
         else None
     )
     return SoloResult(row, computed)
+
+
+def _solo_repeat(spec, config, place, extra_env, feature_lookup, features, windows, foreign, probe):
+    """One repeat in a fresh process: warm-up, the solo window, the probe window; features once."""
+    wait_until_idle(config.idle_threshold, max_wait_s=config.idle_wait_s)
+    worker = Worker(spec, config, place, extra_env, deadline=time.monotonic() + config.timeout_s)
+    try:
+        info = worker.recv("ready", config.timeout_s)
+        window = common_window(config, [info["step_ms"]], 1)
+        (win,), share = measure_together([worker], window, config.min_window_steps, window * 6 + 30, False)
+        windows.append(win)
+        foreign.append(share)
+        if probe is not None:
+            probe.measure(worker, info["step_ms"], win.throughput)
+        if features is None and feature_lookup is not None:
+            features = feature_lookup(info)
+        if features is None and config.features:
+            worker.send(cmd="features", trace_steps=config.trace_steps)
+            features = worker.recv("features", config.timeout_s)["features"]
+            features["_computed"] = True
+        return info, features
+    except WorkerFailed as exc:
+        raise ProfileFailed(exc.status, exc.error) from None
+    finally:
+        worker.close()
+
+
+class _ProbeRun:
+    """The probe co-runner of one solo profile (see ``sharewise.profiler.probe``).
+
+    One probe process serves every repeat: it warms up and is measured alone once (while the job's process
+    sits idle), then runs one shared window next to each repeat's fresh job process. The job's slowdown
+    there is ``f_probe_slowdown`` (its sensitivity), the probe's is ``f_probe_pressure``. A probe that fails
+    (it should not) leaves both features NaN; the profile itself stands.
+    """
+
+    def __init__(self, config: RunConfig, extra_env: dict[str, str] | None) -> None:
+        self.config = config
+        self.extra_env = extra_env
+        self.worker: Worker | None = None
+        self.alone: float | None = None
+        self.sensitivity: list[float] = []  # per repeat: the job's solo over its co-located throughput
+        self.probe_together: list[float] = []
+        self.error: str | None = None
+
+    def measure(self, job: Worker, job_step_ms: float, job_solo: float) -> None:
+        from sharewise.profiler.probe import PROBE_SPEC
+
+        if self.error is not None:
+            return
+        cfg = self.config
+        try:
+            if self.worker is None:
+                place = placements(cfg, 2)[1]
+                self.worker = Worker(PROBE_SPEC, cfg, place, self.extra_env, time.monotonic() + cfg.timeout_s)
+                self.step_ms = self.worker.recv("ready", cfg.timeout_s)["step_ms"]
+                alone_window = common_window(cfg, [self.step_ms], 1)
+                (win,), _ = measure_together(
+                    [self.worker], alone_window, cfg.min_window_steps, alone_window * 6 + 30, False
+                )
+                self.alone = win.throughput
+            window = common_window(cfg, [job_step_ms, self.step_ms], 2)
+            (job_win, probe_win), _ = measure_together(
+                [job, self.worker], window, cfg.min_window_steps, window * 6 + 30, True
+            )
+            self.sensitivity.append(job_solo / job_win.throughput)
+            self.probe_together.append(probe_win.throughput)
+        except WorkerFailed as exc:
+            self.error = f"{exc.status}: {exc.error}"
+            self.close()
+
+    def features(self) -> dict[str, float]:
+        if self.error is not None or not self.sensitivity or not self.alone:
+            return {"f_probe_slowdown": math.nan, "f_probe_pressure": math.nan}
+        return {
+            # Medians: with three repeats, one disturbed window must not move the feature.
+            "f_probe_slowdown": float(np.median(self.sensitivity)),
+            "f_probe_pressure": float(self.alone / np.median(self.probe_together)),
+        }
+
+    def close(self) -> None:
+        if self.worker is not None:
+            self.worker.request_exit()
+            self.worker.close()
+            self.worker = None
 
 
 def _name(spec: str) -> str:

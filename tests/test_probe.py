@@ -1,0 +1,88 @@
+"""The probe co-runner: its workload, the sensitivity/pressure features of solo profiles, the model's offset."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from sharewise.predictor.model import PROBE_OFFSET, SlowdownRegressor
+from sharewise.profiler.api import profile_one
+from sharewise.profiler.config import RunConfig
+from sharewise.profiler.probe import PROBE_SPEC, Probe
+from sharewise.profiler.workloads import load_workload_class
+
+QUICK = RunConfig(
+    size="tiny", window_s=0.4, repeats=2, max_repeats=2, idle_wait_s=2.0, disturbance_retries=0, timeout_s=120
+)
+
+
+def test_probe_is_a_loadable_workload_that_changes_its_state():
+    assert load_workload_class(PROBE_SPEC) is Probe
+    probe = Probe()
+    probe.build("cpu")
+    before = probe.a.clone()
+    probe.step()
+    assert not torch.equal(before, probe.a) and torch.isfinite(probe.a).all()
+    assert not probe.a.requires_grad
+    probe.close()
+    assert probe.a is None
+
+
+def test_solo_profile_measures_sensitivity_and_pressure_next_to_the_probe(user_spec):
+    """Both use every core, so each slows the other: a real measurement, not a constant."""
+    # 512 x 512 products, a step of several ms: tiny steps can even speed up next to a partner (see README).
+    row = profile_one(user_spec("MatmulLoop"), QUICK.replace(features=True, probe=True, batch_size=512))
+    assert 1.1 < row["f_probe_slowdown"] < 4.0, row["f_probe_slowdown"]
+    assert 1.05 < row["f_probe_pressure"] < 4.0, row["f_probe_pressure"]
+
+
+def test_no_probe_without_features(user_spec):
+    row = profile_one(user_spec("TinyMLP"), QUICK.replace(features=False, repeats=1))
+    assert "f_probe_slowdown" not in row and "f_probe_pressure" not in row
+
+
+def _offset_data(n=400, seed=0):
+    rng = np.random.default_rng(seed)
+    X = pd.DataFrame({PROBE_OFFSET: rng.uniform(1.0, 2.0, n), "partner_load": rng.uniform(0, 1, n)})
+    y = X[PROBE_OFFSET] * np.exp(0.1 * X["partner_load"])
+    return X, y
+
+
+def test_offset_lets_the_model_reach_levels_it_never_saw():
+    """Trees alone cannot predict above the training range; the probe offset carries the level."""
+    X, y = _offset_data()
+    unseen = pd.DataFrame({PROBE_OFFSET: [3.0], "partner_load": [0.5]})
+    with_offset = SlowdownRegressor(min_child_weight=5).fit(X, y)
+    without = SlowdownRegressor(min_child_weight=5, offset_feature=None).fit(X, y)
+    assert with_offset.offset_index_ == 0 and without.offset_index_ is None
+    assert with_offset.predict(unseen)[0] == pytest.approx(3.0 * math.exp(0.05), rel=0.05)
+    assert without.predict(unseen)[0] < 2.3  # stuck at the top of the training range
+
+
+def test_offset_rows_without_the_feature_start_from_zero_and_explain_adds_up(tmp_path):
+    X, y = _offset_data()
+    X.loc[:99, PROBE_OFFSET] = np.nan  # data without a probe (an import) trains beside it
+    model = SlowdownRegressor(min_child_weight=5).fit(X, y)
+    q = model.predict_quantiles(X)
+    assert np.isfinite(q).all() and (np.diff(q, axis=1) >= 0).all()
+    row = X.iloc[[150]]
+    contrib = model.explain(row)
+    assert f"offset: log {PROBE_OFFSET}" in contrib.index
+    # The p50 head; predict() sorts the heads, which may cross by a hair (the same tolerance as test_predictor).
+    assert contrib.sum() == pytest.approx(math.log(model.predict(row)[0]), abs=2e-3)
+    nan_row = model.explain(X.iloc[[0]])
+    assert nan_row[f"offset: log {PROBE_OFFSET}"] == 0.0
+    model.save(tmp_path / "m.json")
+    loaded = SlowdownRegressor.load(tmp_path / "m.json")
+    assert loaded.offset_feature == PROBE_OFFSET
+    np.testing.assert_allclose(loaded.predict_quantiles(X), q, rtol=1e-6)
+
+
+def test_a_model_without_the_offset_feature_ignores_it():
+    X, y = _offset_data()
+    X = X.rename(columns={PROBE_OFFSET: "self_iter_time_ms"})
+    model = SlowdownRegressor(min_child_weight=5).fit(X, y)
+    assert model.offset_index_ is None
+    assert "offset" not in " ".join(model.explain(X.iloc[[0]]).index)
