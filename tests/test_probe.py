@@ -86,3 +86,21 @@ def test_a_model_without_the_offset_feature_ignores_it():
     model = SlowdownRegressor(min_child_weight=5).fit(X, y)
     assert model.offset_index_ is None
     assert "offset" not in " ".join(model.explain(X.iloc[[0]]).index)
+
+
+def test_explain_pair_reports_the_offset_with_its_feature_value():
+    """A model trained on profiles with the probe feature explains pairs (the demo's path) without a KeyError."""
+    from test_predictor import synthetic
+
+    from sharewise.predictor import train_model
+    from sharewise.predictor.api import explain_pair
+
+    profiles, pairs = synthetic()
+    profiles["f_probe_slowdown"] = 1.0 + profiles["f_busy_frac"]
+    model = train_model(profiles, pairs, n_estimators=10, min_child_weight=2)
+    out = explain_pair(model, profiles, "w1", "w2", "dev0", top=50)
+    terms = {c["feature"]: c for c in out["a"]["contributions"]}
+    offset = terms[f"offset: log {PROBE_OFFSET}"]
+    expected = profiles.query("workload == 'w1' and device_name == 'dev0'")["f_probe_slowdown"].iloc[0]
+    assert offset["value"] == pytest.approx(expected)
+    assert offset["contribution"] == pytest.approx(math.log(expected))

@@ -23,7 +23,7 @@ from sharewise.predictor.features import (
     reference_matrix,
     with_reference,
 )
-from sharewise.predictor.model import SlowdownRegressor
+from sharewise.predictor.model import OFFSET_TERM, SlowdownRegressor
 
 
 def training_summary(rows: PairRows, profiles: pd.DataFrame) -> dict:
@@ -358,10 +358,15 @@ def explain_pair(
             "p90": float(q[i, 2]),
             "bias": bias,
             "contributions": [
-                {"feature": str(name), "value": float(values[name]), "contribution": float(c)}
+                {"feature": str(name), "value": float(values[_feature_of(name)]), "contribution": float(c)}
                 for name, c in contrib.head(max(int(top), 0)).items()
             ],
         }
     out["speed_sum"] = 1.0 / out["a"]["p50"] + 1.0 / out["b"]["p50"]
     out["sharing_worth_it"] = bool(out["speed_sum"] > 1.0)
     return out
+
+
+def _feature_of(term: str) -> str:
+    """The feature behind an ``explain`` term: itself, or the offset's feature (``offset: log NAME``)."""
+    return term[len(OFFSET_TERM) :] if term.startswith(OFFSET_TERM) else term

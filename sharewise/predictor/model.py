@@ -25,6 +25,8 @@ from sharewise.errors import (
 MODEL_SCHEMA_VERSION = 3  # 2: device-share features and references; 3: the probe offset (``offset_feature``)
 #: Default ``offset_feature``: the job's slowdown next to the profiler's probe (``sharewise.profiler.probe``).
 PROBE_OFFSET = "self_f_probe_slowdown"
+#: How ``explain`` names the offset's term: this prefix, then the feature name.
+OFFSET_TERM = "offset: log "
 SIDECAR_SUFFIX = ".sidecar.json"
 
 
@@ -343,7 +345,7 @@ class SlowdownRegressor(RegressorMixin, BaseEstimator):
         if offset is not None:  # the offset's log arrives inside the bias: show it as its own term
             values = np.append(values, offset[0])
             values[-2] -= offset[0]
-            index.append(f"offset: log {self.offset_feature}")
+            index.append(OFFSET_TERM + str(self.offset_feature))
         series = pd.Series(values, index=index, dtype=np.float64)
         return series.reindex(series.abs().sort_values(ascending=False, kind="stable").index)
 
