@@ -187,6 +187,8 @@ GPU_LIKE_FEATURES = (
         "f_nvml_sm_clock_mhz_mean",
         "f_nvml_pcie_rx_mbps_mean",
         "f_nvml_pcie_tx_mbps_mean",
+        "f_probe_slowdown",
+        "f_probe_pressure",
     ]
     + [f"f_opshare_{c}" for c in ("gemm_conv", "elementwise", "reduction", "normalization")]
     + [f"f_opshare_{c}" for c in ("embedding", "data_movement", "optimizer", "other")]
@@ -196,12 +198,14 @@ GPU_LIKE_FEATURES = (
 
 
 def synthetic_tables(n_workloads: int, n_pairs: int, seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Profiles with a GPU-like feature set (41 f_* columns) and random measured pairs among them."""
+    """Profiles with a GPU-like feature set (43 f_* columns) and random measured pairs among them."""
     rng = np.random.default_rng(seed)
     names = [f"w{i}" for i in range(n_workloads)]
     values = rng.lognormal(0, 1, (n_workloads, len(GPU_LIKE_FEATURES)))
     profiles = pd.DataFrame(values, columns=GPU_LIKE_FEATURES)
     profiles["f_busy_frac"] = rng.uniform(0.1, 1.0, n_workloads)
+    # The probe sensitivity is the model's offset (base margin): the default model's full prediction path.
+    profiles["f_probe_slowdown"] = rng.uniform(1.0, 2.5, n_workloads)
     step = rng.lognormal(3, 1, n_workloads)
     profiles = profiles.assign(
         workload=names,
