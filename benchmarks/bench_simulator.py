@@ -8,7 +8,8 @@ the predictor's accuracy target). Targets (issue 4): sharewise's average JCT <= 
 <= 0.93x sjf-bsbf with the same predictions, and within 1.03x of itself with the oracle.
 
 Philly: all 82,247 jobs of ``philly.csv`` (workloads drawn with seed 0 from the Gavel V100 workloads) on
-``--philly-gpus`` GPUs, the simulator's wall time per policy (target <= 60 s on 2 cores).
+``--philly-gpus`` GPUs, the simulator's wall time per policy (target <= 60 s on 2 cores) on out-of-fold predictions;
+sjf-bsbf and sharewise also with observation of running pairs and with the truth (oracle).
 
     .venv/bin/python benchmarks/bench_simulator.py [--data-root ../shared/data] [--philly-gpus 512]
         [--policy NAME ...] [--skip-gavel] [--skip-philly] [--json OUT.json]
@@ -219,15 +220,28 @@ def run_philly(data_root: Path, work: Path, n_gpus: int, policies: tuple[str, ..
         f"<= {PHILLY_TARGET_S:.0f} s per policy"
     )
     print(
-        f"{'policy':15s} {'sim s':>7s} {'events':>8s} {'policy calls':>12s} {'avg JCT h':>10s} "
+        f"{'policy':20s} {'sim s':>7s} {'events':>8s} {'policy calls':>12s} {'avg JCT h':>10s} "
         f"{'queue h':>8s} {'util':>6s} {'SLO viol':>9s}"
     )
-    for name in policies:
-        r = simulate(trace, get_policy(name), truth, view, cluster=Cluster(n_gpus, 8), name=name)
+    # Every policy on the predicted view (the timed target); the sharing policies also with observation of
+    # running pairs and with the truth, to show what prediction errors cost on a long, loaded trace.
+    runs = [(name, "predicted") for name in policies]
+    runs += [(name, v) for name in policies if name in ("sjf-bsbf", "sharewise") for v in ("+observe", "oracle")]
+    for name, label in runs:
+        r = simulate(
+            trace,
+            get_policy(name),
+            truth,
+            None if label == "oracle" else view,
+            cluster=Cluster(n_gpus, 8),
+            name=name,
+            observe=label == "+observe",
+        )
         m = r.metrics
-        out["policies"][name] = {**m, "wall_s": r.wall_s, "events": r.events, "policy_calls": r.policy_calls}
+        key = name if label == "predicted" else f"{name} ({label.lstrip('+')})"
+        out["policies"][key] = {**m, "wall_s": r.wall_s, "events": r.events, "policy_calls": r.policy_calls}
         print(
-            f"{name:15s} {r.wall_s:7.1f} {r.events:8d} {r.policy_calls:12d} {m['avg_jct'] / 3600:10.2f} "
+            f"{key:20s} {r.wall_s:7.1f} {r.events:8d} {r.policy_calls:12d} {m['avg_jct'] / 3600:10.2f} "
             f"{m['avg_queue'] / 3600:8.2f} {m['utilization']:6.3f} {m['slo_violations']:9d}",
             flush=True,
         )
