@@ -104,3 +104,24 @@ def test_explain_pair_reports_the_offset_with_its_feature_value():
     expected = profiles.query("workload == 'w1' and device_name == 'dev0'")["f_probe_slowdown"].iloc[0]
     assert offset["value"] == pytest.approx(expected)
     assert offset["contribution"] == pytest.approx(math.log(expected))
+
+
+@pytest.mark.parametrize("flag", [[], ["--no-probe"]], ids=["probe", "no-probe"])
+def test_cli_profile_records_probe_features_unless_told_not_to(user_spec, tmp_path, flag):
+    import subprocess
+    import sys
+
+    from sharewise.datasets.store import Dataset
+
+    out = tmp_path / "d"
+    cmd = [
+        sys.executable, "-m", "sharewise", "profile", user_spec("TinyConv"), "--size", "tiny", "--window", "0.3",
+        "--repeats", "1", "--idle-wait", "0.5", "--out", str(out), *flag,
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    row = Dataset(out).read_profiles().iloc[0]
+    if flag:
+        assert "f_probe_slowdown" not in row.index
+    else:
+        assert row["f_probe_slowdown"] > 0 and row["f_probe_pressure"] > 0

@@ -85,6 +85,11 @@ TIMEOUT = typer.Option(
 IDLE_WAIT = typer.Option(
     30.0, "--idle-wait", help="Seconds to wait for an idle machine before each run; then it runs anyway."
 )
+NO_PROBE = typer.Option(
+    False,
+    "--no-probe",
+    help="Skip the probe window of solo profiles (no f_probe_* features; the predictor then has no offset).",
+)
 
 
 def profile(
@@ -103,6 +108,7 @@ def profile(
         False, "--all-devices", help="Profile on every visible GPU; record PM scores."
     ),
     no_cache: bool = typer.Option(False, "--no-cache", help="Recompute features even when cached."),
+    no_probe: bool = NO_PROBE,
 ):
     """Profile workloads alone: throughput, step-time percentiles, CV over repeats and f_* features.
 
@@ -110,7 +116,9 @@ def profile(
     """
     from sharewise.profiler.api import profile_many
 
-    config = _config(device, mode, size, batch_size, window, repeats, threads, timeout, idle_wait_s=idle_wait)
+    config = _config(
+        device, mode, size, batch_size, window, repeats, threads, timeout, idle_wait_s=idle_wait, probe=not no_probe
+    )
     table = Table(title=f"solo profiles -> {out}")
     for col in (
         "workload",
@@ -183,6 +191,7 @@ def pairs(
     max_retries: int = typer.Option(
         2, "--max-retries", help="Ray: retries of a task whose worker or node died."
     ),
+    no_probe: bool = NO_PROBE,
 ):
     """Measure co-location slowdowns of all pairs (self-pairs included) of a workload list.
 
@@ -213,6 +222,7 @@ def pairs(
         timeout,
         max_repeats=max_repeats,
         idle_wait_s=idle_wait,
+        probe=not no_probe,
     )
     factory = executor_factory(executor, address=address, cpus_per_task=ray_cpus, max_retries=max_retries)
     last: list[str] = []
