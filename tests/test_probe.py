@@ -125,3 +125,13 @@ def test_cli_profile_records_probe_features_unless_told_not_to(user_spec, tmp_pa
         assert "f_probe_slowdown" not in row.index
     else:
         assert row["f_probe_slowdown"] > 0 and row["f_probe_pressure"] > 0
+
+
+def test_explain_adds_up_with_an_offset_and_a_prior_pull():
+    """The pull toward the prior scales the trees' part only, never the offset."""
+    X, y = _offset_data()
+    model = SlowdownRegressor(min_child_weight=5, prior_weight=0.5).fit(X, y)
+    row = X.iloc[[7]]
+    contrib = model.explain(row)
+    assert contrib[f"offset: log {PROBE_OFFSET}"] == pytest.approx(math.log(row[PROBE_OFFSET].iloc[0]))
+    assert contrib.sum() == pytest.approx(math.log(model.predict(row)[0]), abs=2e-3)

@@ -11,6 +11,14 @@ from rich.table import Table
 from sharewise._cli.common import console, err_console, print_json
 
 DATA_DIRS = typer.Argument(..., help="Dataset folders (or the word 'reference' for the shipped dataset).")
+FEATURES = typer.Option(
+    "physical", "--features", help="Feature set: physical (no op-mix or batch-size columns) | all."
+)
+PARTNER_EFFECT = typer.Option(
+    True,
+    "--partner-effect/--no-partner-effect",
+    help="Use each known partner's measured effect on the jobs it was paired with.",
+)
 
 
 def _fmt(value, spec: str = ".3f", suffix: str = "") -> str:
@@ -25,14 +33,8 @@ def train(
         ..., "--out", "-o", help="Model file to write (.json); a .sidecar.json goes next to it."
     ),
     seed: int = typer.Option(0, "--seed", help="Seed of XGBoost's row and column sampling."),
-    features: str = typer.Option(
-        "physical", "--features", help="Feature set: physical (no op-mix or batch-size columns) | all."
-    ),
-    partner_effect: bool = typer.Option(
-        True,
-        "--partner-effect/--no-partner-effect",
-        help="Use each known partner's measured effect on the jobs it was paired with.",
-    ),
+    features: str = FEATURES,
+    partner_effect: bool = PARTNER_EFFECT,
 ):
     """Train the slowdown model on every measured pair of the datasets.
 
@@ -70,14 +72,8 @@ def evaluate(
         False, "--random-split", help="Also print an optimistic random split over pairs, labelled as such."
     ),
     seed: int = typer.Option(0, "--seed", help="Seed of XGBoost's sampling and of the random split."),
-    features: str = typer.Option(
-        "physical", "--features", help="Feature set: physical (no op-mix or batch-size columns) | all."
-    ),
-    partner_effect: bool = typer.Option(
-        True,
-        "--partner-effect/--no-partner-effect",
-        help="Use each known partner's measured effect on the jobs it was paired with.",
-    ),
+    features: str = FEATURES,
+    partner_effect: bool = PARTNER_EFFECT,
     tune: bool = typer.Option(
         False,
         "--tune",

@@ -211,9 +211,15 @@ def common_window(config: RunConfig, step_ms: list[float], n_partners: int) -> f
 
 
 def measure_together(
-    workers: list[Worker], window_s: float, min_steps: int, timeout: float, tail: bool
+    workers: list[Worker], window_s: float, min_steps: int, tail: bool = False
 ) -> tuple[list[Window], float]:
-    """Start ``workers`` on one shared absolute start time; return their windows and the foreign CPU share."""
+    """Start ``workers`` on one shared absolute start time; return their windows and the foreign CPU share.
+
+    With ``tail`` every worker keeps stepping until all windows are over, so each stays loaded to the end of
+    its partners' windows. A worker whose window has not come back within six windows plus 30 s (windows are
+    extended to hold ``min_steps``) is a timeout.
+    """
+    timeout = window_s * 6 + 30
     meter = ForeignCpuMeter([w.pid for w in workers])
     start_at = time.time() + START_DELAY_S
     meter.start()
@@ -244,17 +250,12 @@ def run_repeat(
         for w in workers:
             w.info = w.recv("ready", config.timeout_s)
         window = common_window(config, [w.info["step_ms"] for w in workers], len(workers))
-        per_window_timeout = window * 6 + 30
         solo, foreign = [], 0.0
         for w in workers:
-            (win,), share = measure_together(
-                [w], window, config.min_window_steps, per_window_timeout, tail=False
-            )
+            (win,), share = measure_together([w], window, config.min_window_steps)
             solo.append(win)
             foreign = max(foreign, share)
-        coloc, share = measure_together(
-            workers, window, config.min_window_steps, per_window_timeout, tail=True
-        )
+        coloc, share = measure_together(workers, window, config.min_window_steps, tail=True)
         foreign = max(foreign, share)
         return RepeatResult(solo, coloc, window, foreign, [w.info for w in workers])
     except BaseException:

@@ -47,9 +47,9 @@ def profile_workload(
     began = time.monotonic()
     try:
         for _ in range(config.repeats):
-            info, features = _solo_repeat(
-                spec, config, place, extra_env, feature_lookup, features, windows, foreign, probe
-            )
+            win, share, info, features = _solo_repeat(spec, config, place, extra_env, feature_lookup, features, probe)
+            windows.append(win)
+            foreign.append(share)
     finally:
         if probe is not None:
             probe.close()
@@ -105,16 +105,15 @@ def profile_workload(
     return SoloResult(row, computed)
 
 
-def _solo_repeat(spec, config, place, extra_env, feature_lookup, features, windows, foreign, probe):
-    """One repeat in a fresh process: warm-up, the solo window, the probe window; features once."""
+def _solo_repeat(spec, config, place, extra_env, feature_lookup, features, probe):
+    """One repeat in a fresh process: warm-up, the solo window, the probe window, and the features unless
+    ``features`` already holds them. Returns ``(window, foreign CPU share, ready info, features)``."""
     wait_until_idle(config.idle_threshold, max_wait_s=config.idle_wait_s)
     worker = Worker(spec, config, place, extra_env, deadline=time.monotonic() + config.timeout_s)
     try:
         info = worker.recv("ready", config.timeout_s)
         window = common_window(config, [info["step_ms"]], 1)
-        (win,), share = measure_together([worker], window, config.min_window_steps, window * 6 + 30, False)
-        windows.append(win)
-        foreign.append(share)
+        (win,), share = measure_together([worker], window, config.min_window_steps)
         if probe is not None:
             probe.measure(worker, info["step_ms"], win.throughput)
         if features is None and feature_lookup is not None:
@@ -123,7 +122,7 @@ def _solo_repeat(spec, config, place, extra_env, feature_lookup, features, windo
             worker.send(cmd="features", trace_steps=config.trace_steps)
             features = worker.recv("features", config.timeout_s)["features"]
             features["_computed"] = True
-        return info, features
+        return win, share, info, features
     except WorkerFailed as exc:
         raise ProfileFailed(exc.status, exc.error) from None
     finally:
@@ -143,6 +142,7 @@ class _ProbeRun:
         self.config = config
         self.extra_env = extra_env
         self.worker: Worker | None = None
+        self.step_ms = 0.0  # the probe's solo step time, known once its process is ready
         self.alone: float | None = None
         self.sensitivity: list[float] = []  # per repeat: the job's solo over its co-located throughput
         self.probe_together: list[float] = []
@@ -160,19 +160,18 @@ class _ProbeRun:
                 self.worker = Worker(PROBE_SPEC, cfg, place, self.extra_env, time.monotonic() + cfg.timeout_s)
                 self.step_ms = self.worker.recv("ready", cfg.timeout_s)["step_ms"]
                 alone_window = common_window(cfg, [self.step_ms], 1)
-                (win,), _ = measure_together(
-                    [self.worker], alone_window, cfg.min_window_steps, alone_window * 6 + 30, False
-                )
+                (win,), _ = measure_together([self.worker], alone_window, cfg.min_window_steps)
                 self.alone = win.throughput
             window = common_window(cfg, [job_step_ms, self.step_ms], 2)
-            (job_win, probe_win), _ = measure_together(
-                [job, self.worker], window, cfg.min_window_steps, window * 6 + 30, True
-            )
+            (job_win, probe_win), _ = measure_together([job, self.worker], window, cfg.min_window_steps, tail=True)
             self.sensitivity.append(job_solo / job_win.throughput)
             self.probe_together.append(probe_win.throughput)
         except WorkerFailed as exc:
-            self.error = f"{exc.status}: {exc.error}"
             self.close()
+            if job.proc.poll() is not None:
+                raise  # the job itself died (say, out of memory next to the probe): the profile fails
+            self.error = f"{exc.status}: {exc.error}"
+            job.send(cmd="stop")  # end the job's tail loop, if the probe failed in the shared window
 
     def features(self) -> dict[str, float]:
         if self.error is not None or not self.sensitivity or not self.alone:
