@@ -1,6 +1,7 @@
 """Real pair runs on the CPU: slowdowns, the pinned-core fact, failures recorded as rows, no orphans."""
 
 import os
+import time
 
 import psutil
 import pytest
@@ -8,7 +9,7 @@ import pytest
 from sharewise.profiler.config import RunConfig
 from sharewise.profiler.modes import Placement, placements
 from sharewise.profiler.pair import PairTask, aggregate, cv, measure_pair
-from sharewise.profiler.session import RepeatResult, Window, common_window
+from sharewise.profiler.session import RepeatResult, Window, Worker, common_window
 
 FAST = RunConfig(
     window_s=0.5,
@@ -59,6 +60,25 @@ def test_two_processes_pinned_to_one_core_halve_each_other(user_spec):
     assert (row["slowdown_a"] + row["slowdown_b"]) / 2 == pytest.approx(2.0, abs=0.1)
     assert row["slowdown_a"] == pytest.approx(2.0, abs=0.25)
     assert row["slowdown_b"] == pytest.approx(2.0, abs=0.25)
+
+
+def test_stop_that_beats_the_tail_loop_is_not_lost(user_spec):
+    """The driver answers a tail window's "measured" with "stop" at once; on a busy machine that stop can
+    reach the worker before its tail loop starts. It must still end the tail (it once was cleared and lost,
+    and the worker stepped on for good). Sending "stop" inside the window makes that order certain."""
+    (place,) = placements(FAST, 1)
+    worker = Worker(user_spec("MatmulLoop"), FAST, place)
+    try:
+        worker.recv("ready", 60)
+        for tail in (True, False):
+            start_at = time.time() + 1.0
+            worker.send(cmd="measure", start_at=start_at, window_s=1.0, min_steps=3, tail=tail)
+            if tail:
+                time.sleep(max(0.0, start_at + 0.3 - time.time()))
+                worker.send(cmd="stop")
+            assert worker.recv("measured", 20)["steps"] >= 3  # the second window: the tail loop had ended
+    finally:
+        worker.close()
 
 
 @pytest.mark.parametrize(

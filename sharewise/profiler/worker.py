@@ -151,6 +151,9 @@ def _measure(chan: _Channel, workload, sync, msg: dict) -> None:
     while time.time() < start_at:
         pass
     late_ms = (time.time() - start_at) * 1e3
+    # Clear a stale stop now, before "measured" goes out: the driver answers it with "stop" at once, and a
+    # stop cleared after sending could be lost, leaving this worker stepping in its tail loop for good.
+    chan.stop.clear()
     cpu0 = time.process_time()
     begin = time.perf_counter()
     times = _timed_steps(workload, sync, begin + float(msg["window_s"]), int(msg["min_steps"]))
@@ -159,11 +162,9 @@ def _measure(chan: _Channel, workload, sync, msg: dict) -> None:
     result.update(late_ms=late_ms, cpu_s=time.process_time() - cpu0)
     chan.send(event="measured", **result)
     if msg.get("tail"):
-        chan.stop.clear()
         while not chan.stop.is_set():
             workload.step()
             sync()
-        chan.stop.clear()
 
 
 def _die_with_parent() -> None:
