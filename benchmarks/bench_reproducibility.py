@@ -1,14 +1,20 @@
-"""Benchmark: how reproducible are a dataset's pair slowdowns? The noise floor under any predictor's MAPE.
+"""Benchmark: how reproducible are a dataset's measurements? The noise floor under any predictor's MAPE.
 
-Re-measures a random sample of a dataset's pairs with the settings they were measured with (window, mode,
-size; same code path as ``sharewise pairs``) and compares each slowdown with the stored one. The mean absolute
-relative difference is the MAPE that *measuring the pair again* scores against the stored values; a predictor
-from solo profiles cannot be expected to do better. If both measurements carry independent noise of the same
-size, one measurement's own error is that figure over sqrt(2).
+Pairs (default): re-measures a random sample of a dataset's pairs with the settings they were measured
+with (window, mode, size; same code path as ``sharewise pairs``) and compares each slowdown with the stored
+one. The mean absolute relative difference is the MAPE that *measuring the pair again* scores against the
+stored values; a predictor from solo profiles cannot be expected to do better. If both measurements carry
+independent noise of the same size, one measurement's own error is that figure over sqrt(2).
 
-Run on an idle machine (each pair takes 30-60 s on the reference CPU dataset):
+Profiles (``--reprofile``): profiles the dataset's workloads again (same code as ``sharewise profile``, probe
+included) and scores the model by grouped cross-validation (``--group-by workload``) twice, side by side: with
+the stored profiles and with the fresh ones, against the same stored pairs. The difference is what a
+re-profile alone (its probe features above all) moves the headline MAPE.
+
+Run on an idle machine (each pair takes 30-60 s on the reference CPU dataset, each profile about 25 s):
 
     .venv/bin/python benchmarks/bench_reproducibility.py [--data reference] [--pairs 12] [--seed 0] [--out FILE]
+    .venv/bin/python benchmarks/bench_reproducibility.py --reprofile [--data reference] [--window 1.5]
 """
 
 from __future__ import annotations
@@ -23,22 +29,68 @@ import numpy as np
 
 
 def main(argv: list[str]) -> None:
-    from sharewise.datasets.store import open_dataset, resolve_dataset_path
-    from sharewise.profiler.config import RunConfig
-    from sharewise.profiler.pair import PairTask, measure_pair
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default="reference", help="dataset folder, or 'reference'")
     parser.add_argument("--pairs", type=int, default=12, help="pairs to re-measure (a seeded random sample)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=None, help="append each re-measured pair as a JSON line here")
+    parser.add_argument("--reprofile", action="store_true", help="re-profile the workloads instead of pairs")
+    parser.add_argument("--window", type=float, default=1.5, help="profile window with --reprofile (s)")
     args = parser.parse_args(argv)
+    if args.reprofile:
+        reprofile(args.data, args.window)
+    else:
+        remeasure_pairs(args.data, args.pairs, args.seed, args.out)
 
-    pairs = open_dataset(resolve_dataset_path(args.data)).read_pairs()
+
+def reprofile(data: str, window_s: float) -> None:
+    from sharewise.datasets.store import open_dataset, resolve_dataset_path
+    from sharewise.predictor.evaluation import evaluate
+    from sharewise.profiler.api import profile_many
+    from sharewise.profiler.config import RunConfig
+
+    ds = open_dataset(resolve_dataset_path(data))
+    stored, pairs = ds.read_profiles(), ds.read_pairs()
+    stored = stored[stored["device_kind"] == "cpu"]
+    if stored.empty:
+        raise SystemExit(f"{data}: no CPU profiles to re-profile (GPU datasets need their GPU)")
+    specs = [str(s) for s in (stored["spec"] if "spec" in stored else stored["workload"])]
+    size = str(stored["size"].iloc[0]) if "size" in stored else "small"
+    began = time.monotonic()
+    fresh = profile_many(specs, RunConfig(mode=str(stored["mode"].iloc[0]), size=size, window_s=window_s))
+    took = time.monotonic() - began
+    scores = {
+        name: evaluate(profiles, pairs, group_by="workload")
+        for name, profiles in (("stored", stored), ("fresh", fresh))
+    }
+    print(f"{'workload':14s} {'probe stored':>12s} {'probe fresh':>11s} {'MAPE stored':>11s} {'MAPE fresh':>10s}")
+    old, new = stored.set_index("workload"), fresh.set_index("workload")
+    group_mape = {name: {w: g["model_mape"] for w, g in s["per_group"].items()} for name, s in scores.items()}
+    for w in sorted(new.index):
+        print(
+            f"{w:14s} {old.loc[w, 'f_probe_slowdown']:12.3f} {new.loc[w, 'f_probe_slowdown']:11.3f} "
+            f"{group_mape['stored'][w]:10.1f}% {group_mape['fresh'][w]:9.1f}%"
+        )
+    mape = {name: s["model"]["mape"] for name, s in scores.items()}
+    median = scores["fresh"]["baselines"]["median"]["mape"]
+    times = fresh["profile_s"]
+    print(
+        f"model MAPE, each workload held out: stored profiles {mape['stored']:.2f}%, fresh profiles "
+        f"{mape['fresh']:.2f}% (training median {median:.1f}%); {len(specs)} profiles in {took:.0f} s "
+        f"({times.min():.1f}-{times.max():.1f} s each)"
+    )
+
+
+def remeasure_pairs(data: str, n_pairs: int, seed: int, out: str | None) -> None:
+    from sharewise.datasets.store import open_dataset, resolve_dataset_path
+    from sharewise.profiler.config import RunConfig
+    from sharewise.profiler.pair import PairTask, measure_pair
+
+    pairs = open_dataset(resolve_dataset_path(data)).read_pairs()
     pairs = pairs[(pairs["status"] == "ok") & (pairs["device_kind"] == "cpu")].reset_index(drop=True)
     if pairs.empty:
-        raise SystemExit(f"{args.data}: no measured CPU pairs to re-measure (GPU datasets need their GPU)")
-    pick = np.random.default_rng(args.seed).permutation(len(pairs))[: args.pairs]
+        raise SystemExit(f"{data}: no measured CPU pairs to re-measure (GPU datasets need their GPU)")
+    pick = np.random.default_rng(seed).permutation(len(pairs))[:n_pairs]
     print(f"{'pair':28s} {'stored a':>9s} {'now a':>7s} {'stored b':>9s} {'now b':>7s} {'trials':>6s} {'s':>5s}")
     diffs, logs = [], []
     for i in pick:
@@ -60,8 +112,8 @@ def main(argv: list[str]) -> None:
             f"{a + '|' + b:28s} {old['slowdown_a']:9.3f} {row['slowdown_a']:7.3f} {old['slowdown_b']:9.3f} "
             f"{row['slowdown_b']:7.3f} {row['trials']:6d} {took:5.0f}"
         )
-        if args.out:
-            with open(args.out, "a") as f:
+        if out:
+            with open(out, "a") as f:
                 keep = ("workload_a", "workload_b", "slowdown_a", "slowdown_b", "trials", "cv_a", "cv_b")
                 record = {k: row[k] for k in keep}
                 record.update(stored_a=float(old["slowdown_a"]), stored_b=float(old["slowdown_b"]))
