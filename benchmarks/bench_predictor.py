@@ -101,6 +101,42 @@ def _by_device(cv) -> None:
         print(f"    {device:<28} n={len(part):<5}{cells}")
 
 
+def _additive_bounds(cv) -> None:
+    """What one term per job (as self, as partner) per device can explain, in sample, and what is left once
+    the held-out family's self term is unknown: the ceiling and the floor around the model's family folds."""
+    rows = cv.rows
+    print("  one term per job as self and as partner, per device (fitted on every row, in sample; MAPE %):")
+    print(f"    {'device':<10}{'additive fit':>14}{'self term unknown':>19}{'model':>8}")
+    totals = np.zeros(3)
+    for device, part in rows.groupby("device_name", sort=True):
+        jobs = sorted(set(part["self_workload"]) | set(part["partner_workload"]))
+        col = {w: i for i, w in enumerate(jobs)}
+        n = len(jobs)
+        design = np.zeros((len(part), 2 * n + 1))
+        design[:, -1] = 1.0
+        at = np.arange(len(part))
+        design[at, part["self_workload"].map(col).to_numpy()] = 1.0
+        design[at, n + part["partner_workload"].map(col).to_numpy()] = 1.0
+        y = part["measured"].to_numpy()
+        coef = np.linalg.lstsq(design, np.log(y), rcond=None)[0]
+        self_term = dict(zip(jobs, coef[:n], strict=True))
+        fam_of = dict(zip(part["self_workload"], part["self_family"], strict=False))
+        # The held-out self's term replaced by the median self term of the other families' jobs; the
+        # partner's term (known from training rows in a real fold) kept.
+        unknown = np.array(
+            [np.median([t for w, t in self_term.items() if fam_of.get(w, f) != f]) for f in part["self_family"]]
+        )
+        partner = coef[n + part["partner_workload"].map(col).to_numpy()]
+        cells = [
+            slowdown_metrics(y, np.exp(design @ coef))["mape"],
+            slowdown_metrics(y, np.exp(unknown + partner + coef[-1]))["mape"],
+            slowdown_metrics(y, part["p50"].to_numpy())["mape"],
+        ]
+        totals += np.array(cells) * len(part)
+        print(f"    {device:<10}" + "".join(f"{c:>{w}.1f}" for c, w in zip(cells, (14, 19, 8), strict=True)))
+    print(f"    {'all':<10}" + "".join(f"{c:>{w}.1f}" for c, w in zip(totals / len(rows), (14, 19, 8), strict=True)))
+
+
 def bench_gavel(work: Path, tune: bool) -> None:
     if not GAVEL_FILE.is_file():
         print(f"gavel: skipped, {GAVEL_FILE} not found")
@@ -124,7 +160,10 @@ def bench_gavel(work: Path, tune: bool) -> None:
     for group_by, nested in runs:
         t0 = time.perf_counter()
         cv = cross_validate(
-            rows, group_by=group_by, baselines=baselines, random_split=group_by == "family" and not nested,
+            rows,
+            group_by=group_by,
+            baselines=baselines,
+            random_split=group_by == "family" and not nested,
             tune=nested,
         )
         summary = summarize(cv)
@@ -138,6 +177,8 @@ def bench_gavel(work: Path, tune: bool) -> None:
         )
         if group_by == "family":
             _by_device(cv)
+            if not nested:
+                _additive_bounds(cv)
         if nested:
             for f in summary["folds"]:
                 chosen = ", ".join(f"{k}={v}" for k, v in f["chosen"].items() if k != "inner_mape")
