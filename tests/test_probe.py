@@ -36,6 +36,7 @@ def test_solo_profile_measures_sensitivity_and_pressure_next_to_the_probe(user_s
     row = profile_one(user_spec("MatmulLoop"), QUICK.replace(features=True, probe=True, batch_size=512))
     assert 1.1 < row["f_probe_slowdown"] < 4.0, row["f_probe_slowdown"]
     assert 1.05 < row["f_probe_pressure"] < 4.0, row["f_probe_pressure"]
+    assert 0.0 < row["probe_cv"] < 0.5, row["probe_cv"]  # spread of the sensitivity over the repeats
 
 
 def test_no_probe_without_features(user_spec):
@@ -125,6 +126,28 @@ def test_cli_profile_records_probe_features_unless_told_not_to(user_spec, tmp_pa
         assert "f_probe_slowdown" not in row.index
     else:
         assert row["f_probe_slowdown"] > 0 and row["f_probe_pressure"] > 0
+        assert row["probe_cv"] == 0.0  # one repeat: no spread
+        assert f"{row['f_probe_slowdown']:.2f}x" in proc.stdout  # the table's probe column
+
+
+@pytest.mark.parametrize(
+    "spreads, said",
+    [
+        ({"cv": 0.02, "probe_cv": 0.04}, None),
+        ({"cv": 0.02, "probe_cv": math.nan}, None),  # profiled without the probe
+        ({"cv": 0.24, "probe_cv": 0.03}, "throughput by 24%"),
+        ({"cv": 0.02, "probe_cv": 0.18}, "probe sensitivity by 18%"),
+        ({"cv": 0.12, "probe_cv": 0.15}, "throughput by 12% and probe sensitivity by 15%"),
+    ],
+)
+def test_profile_warns_when_repeats_disagree(spreads, said):
+    from sharewise._cli.profiler import noisy_profile_warning
+
+    warning = noisy_profile_warning({"workload": "mobilenet_v2", **spreads}, repeats=3)
+    if said is None:
+        assert warning is None
+    else:
+        assert warning.startswith("mobilenet_v2: repeats disagree on " + said) and "--repeats 5" in warning
 
 
 def test_explain_adds_up_with_an_offset_and_a_prior_pull():

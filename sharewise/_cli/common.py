@@ -4,11 +4,22 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import sys
 
 from rich.console import Console
 
-console = Console(highlight=False)
-err_console = Console(stderr=True, highlight=False)
+# Piped or logged output (no terminal, no $COLUMNS) would get rich's 80 columns, which truncates the wider
+# tables to ellipses; such output has no width limit to respect, so give it room.
+LOG_WIDTH = 160
+
+
+def _width(stream) -> int | None:
+    return None if stream.isatty() or "COLUMNS" in os.environ else LOG_WIDTH
+
+
+console = Console(highlight=False, width=_width(sys.stdout))
+err_console = Console(stderr=True, highlight=False, width=_width(sys.stderr))
 
 
 def print_json(obj) -> None:

@@ -129,6 +129,7 @@ def profile(
         "p50 ms",
         "p95 ms",
         "CV",
+        "probe",
         "PM",
         "features",
         "time s",
@@ -147,6 +148,7 @@ def profile(
             f"{row['iter_p50_ms']:.1f}",
             f"{row['iter_p95_ms']:.1f}",
             f"{row['cv'] * 100:.1f}%",
+            _probe_cell(row),
             "-" if pm != pm else f"{pm:.3f}",
             str(n_feat),
             f"{row['profile_s']:.1f}",
@@ -154,9 +156,42 @@ def profile(
         err_console.print(
             f"profiled {row['workload']} on {row['device_name']}: {row['throughput']:.2f} steps/s"
         )
+        warning = noisy_profile_warning(row, repeats)
+        if warning:
+            err_console.print(f"[yellow]warning:[/yellow] {warning}")
 
     profile_many(workload, config, out=out, all_devices=all_devices, use_cache=not no_cache, on_row=on_row)
     console.print(table)
+
+
+#: Spread over repeats (CV) of a profile's throughput or probe sensitivity above which ``profile`` warns.
+NOISY_CV = 0.10
+
+
+def _probe_cell(row: dict) -> str:
+    """The probe sensitivity and its spread over repeats, e.g. ``1.34x +-5%``; ``-`` without a probe."""
+    value = row.get("f_probe_slowdown", math.nan)
+    if value != value:
+        return "-"
+    spread = row.get("probe_cv", math.nan)
+    return f"{value:.2f}x" + ("" if spread != spread else f" +-{spread * 100:.0f}%")
+
+
+def noisy_profile_warning(row: dict, repeats: int) -> str | None:
+    """Say so when a profile's repeats disagree by more than ``NOISY_CV``, else None.
+
+    On a shared machine one profile can land in a disturbed stretch; its throughput and above all its probe
+    sensitivity (the predictor's starting point) then mislead every prediction for that job.
+    """
+    spreads = {"throughput": row.get("cv", math.nan), "probe sensitivity": row.get("probe_cv", math.nan)}
+    noisy = [f"{name} by {value * 100:.0f}%" for name, value in spreads.items() if value > NOISY_CV]
+    if not noisy:
+        return None
+    return (
+        f"{row['workload']}: repeats disagree on {' and '.join(noisy)} (more than {NOISY_CV * 100:.0f}%); "
+        "if the machine was busy, profile it again when it is idle, or with more repeats "
+        f"(--repeats {repeats + 2})"
+    )
 
 
 def pairs(

@@ -38,6 +38,7 @@ PROFILE_OPTIONAL: dict[str, str] = {
     "device_index": "int",
     "pm_score": "float",
     "profile_s": "float",
+    "probe_cv": "float",
     "source": "str",
 }
 

@@ -174,12 +174,15 @@ class _ProbeRun:
             job.send(cmd="stop")  # end the job's tail loop, if the probe failed in the shared window
 
     def features(self) -> dict[str, float]:
+        """The two features, plus ``probe_cv``: the spread of the sensitivity over repeats (not a feature;
+        it tells how far to trust ``f_probe_slowdown``)."""
         if self.error is not None or not self.sensitivity or not self.alone:
-            return {"f_probe_slowdown": math.nan, "f_probe_pressure": math.nan}
+            return {"f_probe_slowdown": math.nan, "f_probe_pressure": math.nan, "probe_cv": math.nan}
         return {
             # Medians: with three repeats, one disturbed window must not move the feature.
             "f_probe_slowdown": float(np.median(self.sensitivity)),
             "f_probe_pressure": float(self.alone / np.median(self.probe_together)),
+            "probe_cv": cv(self.sensitivity),
         }
 
     def close(self) -> None:
