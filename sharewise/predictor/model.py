@@ -94,7 +94,7 @@ class SlowdownRegressor(RegressorMixin, BaseEstimator):
         starting point of every quantile (XGBoost's base margin) and the trees learn only the correction.
         The default is the job's slowdown next to the profiler's probe, Bubble-Up's sensitivity (Mars et
         al., MICRO'11): on the reference CPU campaign it cut the error on a workload never seen from 20.8% to
-        4.6% MAPE (3.8-10.8% over six re-profiles; the probe feature is noisy on a shared CPU), because trees
+        4.6% MAPE (3.8-10.8% over seven re-profiles; the probe feature is noisy on a shared CPU), because trees
         cannot extrapolate a level from a handful of training workloads. Rows without it (NaN, or data such
         as Gavel's that has no probe) start from 0 as before. None turns it off.
     n_jobs : int or None
