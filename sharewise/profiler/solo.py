@@ -149,7 +149,7 @@ class _ProbeRun:
         self.error: str | None = None
 
     def measure(self, job: Worker, job_step_ms: float, job_solo: float) -> None:
-        from sharewise.profiler.probe import PROBE_SPEC
+        from sharewise.profiler.probe import PROBE_SPEC  # here, not at the top: probe.py imports torch
 
         if self.error is not None:
             return
