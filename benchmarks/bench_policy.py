@@ -9,8 +9,8 @@ Scenarios (Gavel V100 workloads and a model trained on the imported Gavel pairs)
   the greedy pairing takes over (the solver alone; a model cannot predict workloads it has no profile of).
 
 For each: the whole command (``recommend()``: model load, dataset read, predictions of every workload pair,
-the pairing, explanations) and the pairing alone, with its method, and the expected throughput of the exact
-and greedy pairings. The CLI process (Python start-up and imports included) is timed once.
+the pairing, explanations) and the pairing alone, with its method, and the expected work rate
+(GPU-equivalents) of the exact and greedy pairings. The CLI process (start-up and imports included) is timed once.
 
     .venv/bin/python benchmarks/bench_policy.py [--data-root ../shared/data] [--jobs 10000]
 """
@@ -32,12 +32,12 @@ TARGET_S = 2.0
 
 
 def setup(data_root: Path, work: Path) -> tuple[Path, Path, list[str]]:
-    from sharewise.datasets.importers import get_importer
+    from sharewise.app.imports import import_data
     from sharewise.datasets.store import Dataset
     from sharewise.predictor import train_model
 
     data = work / "gavel"
-    get_importer("gavel")(data_root / "gavel" / "simulation_throughputs.json", data)
+    import_data("gavel", {"path": data_root / "gavel" / "simulation_throughputs.json"}, data)
     ds = Dataset(data)
     profiles, pairs = ds.read_profiles(), ds.read_pairs()
     began = time.perf_counter()
@@ -88,7 +88,8 @@ def timed(fn):
 
 
 def run(data_root: Path, n_jobs: int) -> None:
-    from sharewise.policy.recommend import RecommendConfig, plan_pairs, recommend
+    from sharewise.app.recommend import RecommendConfig, recommend
+    from sharewise.policy.pairing import plan_pairs
     from sharewise.policy.table import SlowdownTable
 
     rng = np.random.default_rng(0)
@@ -104,7 +105,7 @@ def run(data_root: Path, n_jobs: int) -> None:
         }
         print(
             f"\n{'scenario':10s} {'whole s':>8s} {'pairing s':>10s} {'method':>7s} {'placed':>7s} "
-            f"{'waiting':>8s} {'throughput':>11s} {'greedy tput':>12s} {'greedy s':>9s} {'target':>7s}"
+            f"{'waiting':>8s} {'work rate':>11s} {'greedy rate':>12s} {'greedy s':>9s} {'target':>7s}"
         )
         for name, (queue, gpus) in scenarios.items():
             cfg = RecommendConfig(
@@ -121,7 +122,7 @@ def run(data_root: Path, n_jobs: int) -> None:
             print(
                 f"{name:10s} {whole:8.2f} {plan.solve_s:10.3f} {plan.method:>7s} {placed:7d} "
                 f"{len(plan.waiting):8d} "
-                f"{plan.throughput:11.1f} {greedy.throughput:12.1f} {greedy.solve_s:9.3f} "
+                f"{plan.work_rate:11.1f} {greedy.work_rate:12.1f} {greedy.solve_s:9.3f} "
                 f"{'ok' if whole <= TARGET_S else 'MISSED':>7s}"
             )
         # Many distinct workloads: the solver alone, on a synthetic table.

@@ -79,6 +79,9 @@ def _table(title: str, summary: dict, reference: dict | None = None) -> None:
     nan = float("nan")
     for name, m in rows:
         ref = (reference or {}).get(name)
+        if m.get("not_applicable"):
+            print(f"  {name:<16}{'n/a':>9}   ({m['not_applicable']})")
+            continue
         print(
             f"  {name:<16}{m['mape']:>9.1f}{m['mae']:>8.3f}{m['spearman']:>10.2f}"
             f"{m.get('decision_accuracy', nan):>13.1f}{m.get('coverage_p10_p90', nan):>11.1f}"
@@ -88,12 +91,13 @@ def _table(title: str, summary: dict, reference: dict | None = None) -> None:
     keys = [k for k in next(iter(per.values())) if k.endswith("_mape")]
     print(f"  MAPE % by held-out group ({', '.join(k[:-5] for k in keys)}):")
     for g, entry in per.items():
-        print(f"    {g:<28} n={entry['n']:<5}" + "".join(f"{entry[k]:>8.1f}" for k in keys))
+        cells = "".join(f"{'n/a':>8}" if entry[k] is None else f"{entry[k]:>8.1f}" for k in keys)
+        print(f"    {g:<28} n={entry['n']:<5}" + cells)
 
 
 def _by_device(cv) -> None:
     rows = cv.rows
-    preds = ["p50"] + [c for c in rows.columns if c.startswith("pred_")]
+    preds = ["p50"] + [c for c in rows.columns if c.startswith("pred_") and rows[c].notna().any()]
     print(f"  MAPE % by device of the same folds ({', '.join(p.removeprefix('pred_') for p in preds)}):")
     for device, part in rows.groupby("device_name", sort=True):
         y = part["measured"].to_numpy()

@@ -34,17 +34,17 @@ PHILLY_TARGET_S = 60.0
 
 def gavel_dataset(data_root: Path, work: Path) -> Path:
     """Import Gavel's throughputs into a dataset folder (the importer of sharewise.datasets)."""
-    from sharewise.datasets.importers import get_importer
+    from sharewise.app.imports import import_data
 
     out = work / "gavel"
-    get_importer("gavel")(data_root / "gavel" / "simulation_throughputs.json", out)
+    import_data("gavel", {"path": data_root / "gavel" / "simulation_throughputs.json"}, out)
     return out
 
 
 def oof_predictions(data: Path, work: Path, device: str) -> tuple[Path, float]:
     """Out-of-fold (by family) predictions of every shareable pair on ``device``, saved once for all runs."""
+    from sharewise.app.simulate import _candidates
     from sharewise.datasets.store import Dataset
-    from sharewise.policy.experiment import _candidates
     from sharewise.policy.table import SlowdownTable
     from sharewise.predictor import out_of_fold_predictions
 
@@ -110,7 +110,7 @@ def prediction_error(data: Path, predictions: Path, device: str) -> dict:
 
 
 def run_gavel(data_root: Path, work: Path, policies: tuple[str, ...], sigma: float) -> dict:
-    from sharewise.policy.experiment import SimulationConfig, run_simulation
+    from sharewise.app.simulate import SimulationConfig, run_simulation
 
     data = gavel_dataset(data_root, work)
     predictions, oof_s = oof_predictions(data, work, "v100")
@@ -196,11 +196,12 @@ def print_gavel(out: dict) -> None:
 
 def run_philly(data_root: Path, work: Path, n_gpus: int, policies: tuple[str, ...]) -> dict:
     from sharewise.datasets.store import Dataset
+    from sharewise.datasets.tables import read_predictions
+    from sharewise.datasets.traces import TraceContext
+    from sharewise.datasets.traces.philly import read_philly_csv
     from sharewise.policy import get_policy
-    from sharewise.policy.experiment import read_predictions
     from sharewise.policy.simulator import Cluster, simulate
     from sharewise.policy.table import SlowdownTable
-    from sharewise.policy.traces import read_philly_csv
 
     data = work / "gavel"
     if not data.is_dir():
@@ -212,7 +213,7 @@ def run_philly(data_root: Path, work: Path, n_gpus: int, policies: tuple[str, ..
     view = SlowdownTable.from_predictions(read_predictions(predictions), device_name="v100")
     began = time.perf_counter()
     workloads = [w for i, w in enumerate(truth.workloads) if truth.allowed[i].any()]
-    trace = read_philly_csv(data_root / "philly" / "philly.csv", workloads, seed=0)
+    trace = read_philly_csv(data_root / "philly" / "philly.csv", TraceContext(workloads=workloads, seed=0))
     load_s = time.perf_counter() - began
     out = {"jobs": len(trace), "gpus": n_gpus, "load_s": load_s, "policies": {}}
     print(

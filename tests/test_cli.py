@@ -74,3 +74,72 @@ def test_bad_input_is_one_line_and_exit_2(args, needle, tmp_path, capsys):
     assert needle in err
     assert err.startswith("error: ") and err.strip().count("\n") == 0
     assert "Traceback" not in err
+
+
+# ---- usage errors through the installed console script -------------------------------------------------
+def _console_script() -> str:
+    """The ``sharewise`` entry point installed next to this interpreter (what a user types)."""
+    import shutil
+    from pathlib import Path
+
+    script = Path(sys.executable).with_name("sharewise")
+    found = str(script) if script.is_file() else shutil.which("sharewise")
+    if not found:
+        pytest.skip("the sharewise console script is not installed (pip install -e .)")
+    return found
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["evaluate", "reference", "--no-such-option", "2"], "No such option"),
+        (["simulate"], "Missing argument"),
+        (["profile", "--out", "x"], "Missing argument"),
+        (["simulate", "t.csv", "--gpus", "abc"], "Invalid value"),
+        (["frobnicate"], "No such command"),
+        (["import", "gavel"], "Missing argument"),
+    ],
+    ids=["unknown option", "missing argument", "missing workload", "bad value", "unknown command", "import"],
+)
+def test_usage_errors_give_the_usage_message_and_exit_2(args, needle):
+    proc = subprocess.run([_console_script(), *args], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout
+    assert needle in proc.stderr and "Usage:" in proc.stderr
+
+
+# Commands that run no workload must start fast: no torch, and no matplotlib unless they draw.
+_NO_HEAVY_IMPORTS = """
+import sys, json
+from sharewise.cli import main
+args = json.loads(sys.argv[1])
+try:
+    main(args)
+except SystemExit as exc:
+    assert not exc.code, exc.code
+heavy = sorted(m for m in ("torch", "matplotlib") if m in sys.modules)
+print(json.dumps(heavy))
+"""
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["show", "reference"],
+        ["show", "reference", "--json"],
+        ["train", "reference", "--out", "{tmp}/m.json"],
+        ["evaluate", "reference", "--json"],
+        ["policies"],
+    ],
+    ids=lambda a: " ".join(a[:2]),
+)
+def test_commands_that_run_no_workload_import_neither_torch_nor_matplotlib(args, tmp_path):
+    import json as _json
+
+    argv = [a.format(tmp=tmp_path) for a in args]
+    proc = subprocess.run(
+        [sys.executable, "-c", _NO_HEAVY_IMPORTS, _json.dumps(argv)], capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    heavy = _json.loads(proc.stdout.strip().splitlines()[-1])
+    assert heavy == [], f"'sharewise {' '.join(args)}' imported {heavy}"

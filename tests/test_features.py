@@ -20,21 +20,14 @@ from sharewise.profiler.features import (
     default_cache_root,
     solo_features,
 )
-from sharewise.profiler.flops import (
-    CATEGORIES,
-    VIEW,
-    count_step,
-    make_flop_counter,
-    op_category,
-    static_features,
-)
+from sharewise.profiler.flops import count_step, make_flop_counter, static_features
 from sharewise.profiler.memory import MemoryTracker
+from sharewise.profiler.taxonomy import CATEGORIES, VIEW, kernel_category, op_category
 from sharewise.profiler.trace import (
     WINDOW_NAME,
     collect_events,
     event_category,
     events_from_profiler,
-    kernel_category,
     trace_features,
     window_seconds,
 )

@@ -13,7 +13,7 @@ from sharewise.datasets.importers import gavel as gavel_module
 from sharewise.datasets.importers.gavel import import_gavel, parse_job_type
 from sharewise.datasets.importers.generic_csv import import_csv
 from sharewise.datasets.store import Dataset
-from sharewise.errors import ConfigError, SchemaError
+from sharewise.errors import ConfigError, DatasetError, SchemaError
 
 SHARED_DATA = Path(__file__).parents[1].parent / "shared" / "data"
 GAVEL_FILE = SHARED_DATA / "gavel" / "simulation_throughputs.json"
@@ -45,7 +45,8 @@ def gavel_file(tmp_path):
 
 def test_registry_lists_both_formats():
     assert set(IMPORTERS) == {"gavel", "csv"}
-    assert get_importer("gavel") is import_gavel
+    for name, importer in IMPORTERS.items():
+        assert importer.name == name and importer.inputs and importer.summary and importer.example
     with pytest.raises(ConfigError, match="csv, gavel"):
         get_importer("parquet")
 
@@ -56,7 +57,7 @@ def test_parse_job_type():
 
 
 def test_gavel_literal_file(gavel_file, tmp_path):
-    result = import_gavel(gavel_file, tmp_path / "ds", static_features=False)
+    result = import_gavel(gavel_file, tmp_path / "ds")
     assert result.devices == ["k80", "v100"]
     assert result.profiles == 5  # 3 job types on k80, 2 on v100; scale 2 and _unconsolidated skipped
     assert result.status_counts == {"ok": 8, "oom": 1}
@@ -81,12 +82,11 @@ def test_gavel_literal_file(gavel_file, tmp_path):
     assert len(pairs[pairs["device_name"] == "k80"]) == 6 and len(pairs[pairs["device_name"] == "v100"]) == 3
 
 
-def test_gavel_static_features_fall_back_to_nan_with_a_warning(gavel_file, tmp_path, monkeypatch):
-    def broken(zoo, batch):
-        return {}, None, "the static feature counter is not available (test)"
+def test_gavel_static_features_fall_back_to_nan_with_a_warning(gavel_file, tmp_path):
+    def broken(spec, batch):
+        raise DatasetError("the static feature counter is not available (test)")
 
-    monkeypatch.setattr(gavel_module, "_compute_static", broken)
-    result = import_gavel(gavel_file, tmp_path / "ds")
+    result = import_gavel(gavel_file, tmp_path / "ds", static_counter=broken)
     assert result.static_features["missing"] >= 1
     assert any("left missing (NaN)" in w and "not available" in w for w in result.warnings)
     assert not [
@@ -96,39 +96,45 @@ def test_gavel_static_features_fall_back_to_nan_with_a_warning(gavel_file, tmp_p
     ]
 
 
-def test_gavel_static_features_are_cached_per_workload_and_batch(gavel_file, tmp_path, monkeypatch):
+def test_gavel_static_features_are_counted_once_per_configuration_and_batch(gavel_file, tmp_path):
     calls = []
 
-    def fake(zoo, batch):
-        calls.append((zoo.key(), batch))
-        return {"f_flops_per_step": 1e9 * (batch or 1), "f_param_bytes": 4e6}, batch or 32, None
+    def counter(spec, batch):
+        calls.append((spec, batch))
+        return {"f_flops_per_step": 1e9 * (batch or 1), "f_param_bytes": 4e6, "f_batch_size": 9.0}, batch or 32
 
-    monkeypatch.setattr(gavel_module, "_compute_static", fake)
-    import_gavel(gavel_file, tmp_path / "ds")
+    result = import_gavel(gavel_file, tmp_path / "ds", static_counter=counter)
     # once each, not per GPU; each Gavel model maps to the configuration its job command runs
     assert sorted(calls) == [("a3c_lstm", None), ("lstm_lm[dim=200,dropout=0.2]", 20), ("resnet18_cifar", 16)]
+    assert result.static_features == {"counted": 3, "missing": 0}
     profiles = Dataset(tmp_path / "ds").read_profiles()
     assert profiles.loc[profiles["workload"] == "LM (batch size 20)", "f_flops_per_step"].eq(20e9).all()
     assert profiles.loc[profiles["workload"] == "A3C", "batch_size"].eq(32).all()
-    assert (tmp_path / "ds" / gavel_module.STATIC_CACHE_NAME).is_file()
-    calls.clear()
-    again = import_gavel(gavel_file, tmp_path / "ds")
-    assert calls == [] and again.static_features["cached"] == 5
+    # the batch size is Gavel's own (NaN for A3C, which names none), never the counter's
+    assert profiles.loc[profiles["workload"] == "LM (batch size 20)", "f_batch_size"].eq(20.0).all()
+
+
+def test_import_through_the_registry_gets_the_profilers_counter(gavel_file, tmp_path):
+    from sharewise.app.imports import import_data
+
+    result = import_data("gavel", {"path": gavel_file}, tmp_path / "ds", frozenset({"no_static"}))
+    assert result.static_features == {}
+    assert any("disabled" in w for w in result.warnings)
 
 
 def test_gavel_bad_file(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"k80": {"ResNet-18": {"null": 1.0}}}))
     with pytest.raises(SchemaError, match="ResNet-18"):
-        import_gavel(bad, tmp_path / "ds", static_features=False)
+        import_gavel(bad, tmp_path / "ds")
     bad.write_text(json.dumps({"k80": {R18: {"null": 1.0, R18: [1.0]}}}))
     with pytest.raises(SchemaError, match=r"bad\.json"):
-        import_gavel(bad, tmp_path / "ds", static_features=False)
+        import_gavel(bad, tmp_path / "ds")
 
 
 @pytest.mark.skipif(not GAVEL_FILE.is_file(), reason=f"public Gavel data not found at {GAVEL_FILE}")
 def test_gavel_shared_data(tmp_path):
-    result = import_gavel(GAVEL_FILE, tmp_path / "gavel", static_features=False)
+    result = import_gavel(GAVEL_FILE, tmp_path / "gavel")
     assert result.devices == ["k80", "p100", "v100"]
     assert result.pairs_ok == 976  # the README's feasible single-GPU pairs
     assert len(result.workloads) == 26
@@ -299,12 +305,13 @@ def test_every_gavel_model_maps_to_a_registered_zoo_configuration():
 
 def test_gavel_static_features_follow_the_mapped_configuration():
     pytest.importorskip("torch")
-    r18, _, problem = gavel_module._compute_static(gavel_module.ZOO_WORKLOADS["ResNet-18"], 16)
-    assert problem is None
-    imagenet, _, _ = gavel_module._compute_static(gavel_module.ZooMatch("resnet18"), 16)
+    from sharewise.profiler.static import count_static
+
+    r18, _ = count_static(gavel_module.ZOO_WORKLOADS["ResNet-18"].key(), 16)
+    imagenet, _ = count_static(gavel_module.ZooMatch("resnet18").key(), 16)
     # About the same 11M parameters, a third of the FLOPs per image at 32 px without the ImageNet stem.
     assert r18["f_param_bytes"] == pytest.approx(imagenet["f_param_bytes"], rel=0.06)  # 10 vs 1000 classes
     assert 0.2 < r18["f_flops_per_step"] / imagenet["f_flops_per_step"] < 0.4
-    lm, _, _ = gavel_module._compute_static(gavel_module.ZOO_WORKLOADS["LM"], 20)
-    full, _, _ = gavel_module._compute_static(gavel_module.ZooMatch("lstm_lm"), 20)
+    lm, _ = count_static(gavel_module.ZOO_WORKLOADS["LM"].key(), 20)
+    full, _ = count_static(gavel_module.ZooMatch("lstm_lm").key(), 20)
     assert lm["f_flops_per_step"] < full["f_flops_per_step"] / 2  # 200 units, not the 650-unit medium

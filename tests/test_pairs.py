@@ -1,15 +1,23 @@
-"""Real pair runs on the CPU: slowdowns, the pinned-core fact, failures recorded as rows, no orphans."""
+"""Real pair runs on the CPU: slowdowns, the pinned-core fact, failures recorded as rows, no orphans.
+
+Tests that assert on measured numbers go through ``measure_quietly``: they retry when foreign processes
+loaded the measured cores during the windows (or, for the tight pinned-core bounds, when the repeats
+disagree), and skip with that reason rather than fail falsely.
+"""
 
 import os
 import time
 
 import psutil
 import pytest
+from test_profiler_hostload import QUIET_LIMIT, load_problem, measure_quietly, quietest_core
 
-from sharewise.profiler.config import RunConfig
-from sharewise.profiler.modes import Placement, placements
+from sharewise.profiler.config import CV_TARGET, DISTURBANCE_LIMIT, RunConfig
+from sharewise.profiler.hostload import wait_until_idle
+from sharewise.profiler.modes import CoreAssignment, placements
 from sharewise.profiler.pair import PairTask, aggregate, cv, measure_pair
 from sharewise.profiler.session import RepeatResult, Window, Worker, common_window
+from sharewise.profiler.worker import summarize_window
 
 FAST = RunConfig(
     window_s=0.5,
@@ -31,9 +39,53 @@ def _no_orphans():
     return [p for p in psutil.Process().children(recursive=True) if p.is_running() and p.status() != "zombie"]
 
 
+def _quiet_pair(task, config, what, pinned_to_one_core=False, limit=QUIET_LIMIT, max_cv=None):
+    """Measure ``task`` until no foreign load disturbed its windows (see ``measure_quietly``).
+
+    Disturbed repeats are rerun inside the pair run first (``disturbance_limit``). A pinned pair runs on
+    the core that was least busy just before; its ``other_cpu_frac`` is the larger of the foreign share of
+    that core and of the machine (load on the other core slows it too). No attempt starts on a busy machine.
+    With ``max_cv`` an unsteady machine disturbs too (``_unsteady``).
+    """
+    config = config.replace(disturbance_limit=limit, disturbance_retries=2)
+
+    def before():
+        share = wait_until_idle(limit, max_wait_s=5.0)
+        return load_problem(max(share, quietest_core()[1]) if pinned_to_one_core else share, limit)
+
+    def measure():
+        pinned = None
+        if pinned_to_one_core:
+            core, _ = quietest_core()
+            pinned = [CoreAssignment((core,), 1), CoreAssignment((core,), 1)]
+        row = measure_pair(task, config, "cpu0", pinned=pinned)
+        assert row["status"] == "ok", row["error"]
+        unsteady = _unsteady(row, max_cv) if max_cv is not None else None
+        return row, load_problem(row["other_cpu_frac"], limit) or unsteady
+
+    return measure_quietly(measure, what, before=before)
+
+
+def _unsteady(row, max_cv):
+    """Say so when the machine's speed drifted during a pair run, else None.
+
+    A VM's speed drifts with load on its host that no process here shows: then the repeats' slowdowns
+    disagree by more than ``max_cv`` (after the pair run's own extra repeats), or, for a workload paired
+    with itself, its two back-to-back solo windows ran at different speeds.
+    """
+    spread = max(row["cv_a"], row["cv_b"])
+    if spread > max_cv:
+        return f"repeats disagree by {spread:.0%} (CV, limit {max_cv:.0%})"
+    drift = abs(row["solo_a"] / row["solo_b"] - 1)
+    if row["workload_a"] == row["workload_b"] and drift > max_cv:
+        return f"one workload's solo speed differed by {drift:.0%} back to back (limit {max_cv:.0%})"
+    return None
+
+
+@pytest.mark.slow
 def test_cpu_pair_measures_real_interference(user_spec):
-    row = measure_pair(_task(user_spec, "TinyConv", "MatmulLoop"), FAST, "cpu0")
-    assert row["status"] == "ok", row["error"]
+    # Its bounds are wide: the profiler's own disturbance limit is quiet enough.
+    row = _quiet_pair(_task(user_spec, "TinyConv", "MatmulLoop"), FAST, "conv next to matmul", limit=DISTURBANCE_LIMIT)
     assert row["trials"] >= 3
     # A compute-bound conv net sharing both cores with another busy process loses close to half its speed.
     # (The tiny matmul loop can even speed up next to a partner: its threads sleep between small ops when
@@ -45,23 +97,33 @@ def test_cpu_pair_measures_real_interference(user_spec):
     assert not _no_orphans()
 
 
+#: What time-sharing one core costs beyond halving it (context switches, refetched caches, a VM's timer
+#: exits): on this 2-vCPU VM, idle, two pinned MatmulLoops together ran at 0.88-0.98 of one alone in
+#: repeats that agreed (CV under 5%, the same solo speed back to back).
+SWITCH_COST = 0.12
+
+
+@pytest.mark.slow
 def test_two_processes_pinned_to_one_core_halve_each_other(user_spec):
     """The robust fact: two 1-thread processes on one core each run at about half speed.
 
-    The scheduler shares the core fairly over the run, so the two normalized speeds add up to one core
-    (1/s_a + 1/s_b = 1) tightly; within one window either side may be ahead by a few percent.
+    The scheduler shares the core fairly, so the two normalized speeds are equal within a few percent and
+    add up to one core less the switching cost (``SWITCH_COST``), never more. Only while nothing else
+    runs: on this VM a busy other core alone moved a repeat's sum to 0.73-0.96, and its speed drifts with
+    load on its host that no process here shows (a spin loop ran at 4.4-8.1 M/s with zero steal time), so
+    the repeats must also agree and the same workload must run at the same speed in both solo windows.
     """
-    core = min(os.sched_getaffinity(0))
-    pinned = [Placement((core,), 1), Placement((core,), 1)]
-    config = FAST.replace(window_s=1.0)
-    row = measure_pair(_task(user_spec, "MatmulLoop", "MatmulLoop"), config, "cpu0", pinned=pinned)
-    assert row["status"] == "ok", row["error"]
-    assert 1 / row["slowdown_a"] + 1 / row["slowdown_b"] == pytest.approx(1.0, abs=0.06)
-    assert (row["slowdown_a"] + row["slowdown_b"]) / 2 == pytest.approx(2.0, abs=0.1)
-    assert row["slowdown_a"] == pytest.approx(2.0, abs=0.25)
-    assert row["slowdown_b"] == pytest.approx(2.0, abs=0.25)
+    task = _task(user_spec, "MatmulLoop", "MatmulLoop")
+    config = FAST.replace(window_s=1.0, max_repeats=6)
+    row = _quiet_pair(task, config, "two matmuls pinned to one core", pinned_to_one_core=True, max_cv=CV_TARGET)
+    seen = {k: row[k] for k in ("slowdown_a", "slowdown_b", "solo_a", "solo_b", "trials", "other_cpu_frac")}
+    total = 1 / row["slowdown_a"] + 1 / row["slowdown_b"]
+    assert 1.0 - SWITCH_COST <= total <= 1.06, seen
+    assert 1 / row["slowdown_a"] == pytest.approx(total / 2, rel=0.12), seen
+    assert 1 / row["slowdown_b"] == pytest.approx(total / 2, rel=0.12), seen
 
 
+@pytest.mark.slow
 def test_stop_that_beats_the_tail_loop_is_not_lost(user_spec):
     """The driver answers a tail window's "measured" with "stop" at once; on a busy machine that stop can
     reach the worker before its tail loop starts. It must still end the tail (it once was cleared and lost,
@@ -81,6 +143,7 @@ def test_stop_that_beats_the_tail_loop_is_not_lost(user_spec):
         worker.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "bad, status, text, env",
     [
@@ -92,7 +155,7 @@ def test_stop_that_beats_the_tail_loop_is_not_lost(user_spec):
 def test_misbehaving_workload_is_recorded_and_partner_stopped(user_spec, monkeypatch, bad, status, text, env):
     for k, v in env.items():
         monkeypatch.setenv(k, v)
-    config = FAST.replace(timeout_s=20, warmup_max_s=5)
+    config = FAST.replace(timeout_s=30, warmup_max_s=5)  # room for a worker start-up on a busy machine
     row = measure_pair(_task(user_spec, "TinyMLP", bad), config, "cpu0")
     assert row["status"] == status, row["error"]
     assert text in row["error"]
@@ -126,6 +189,16 @@ def test_aggregate_means_and_cv():
     assert agg["cv_a"] == pytest.approx(cv([2.0, 2.5]))
 
 
+def test_summarize_window_uses_the_one_percentile():
+    # Linear interpolation (sharewise.stats.percentile): p95 of 1..20 ms sits at rank 18.05, 19.05 ms.
+    times = [i / 1e3 for i in range(20, 0, -1)]
+    out = summarize_window(times, 0.25)
+    assert out["steps"] == 20 and out["throughput"] == 80.0
+    assert out["step_mean_ms"] == pytest.approx(10.5) and out["step_p50_ms"] == pytest.approx(10.5)
+    assert out["step_p95_ms"] == pytest.approx(19.05) and out["step_p99_ms"] == pytest.approx(19.81)
+
+
+@pytest.mark.slow
 @pytest.mark.gpu
 def test_cuda_timeslice_pair_synchronizes_and_measures(user_spec):
     config = FAST.replace(device="cuda:0", mode="timeslice")
@@ -135,6 +208,7 @@ def test_cuda_timeslice_pair_synchronizes_and_measures(user_spec):
     assert row["slowdown_a"] > 1.2 and row["slowdown_b"] > 1.2  # two compute-bound jobs contend
 
 
+@pytest.mark.slow
 @pytest.mark.gpu
 def test_cuda_profile_has_memory_and_nvml_features(user_spec):
     from sharewise.profiler.api import profile_one

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -12,13 +13,14 @@ import pytest
 from sharewise.cli import main
 from sharewise.errors import ConfigError, DatasetError, SchemaError, TraceError, UnknownWorkloadError
 from sharewise.policy import REGISTRY, Placement, get_policy, policy_names
-from sharewise.policy.base import ClusterState, Queue, check_placements, smallest_first
+from sharewise.policy.base import ClusterState, Queue, as_decision, check_placements, smallest_first
+from sharewise.policy.interference_aware import shared_completion, sharewise
+from sharewise.policy.pairing import plan_pairs
 from sharewise.policy.pal import pal
 from sharewise.policy.pm_first import pm_first
-from sharewise.policy.recommend import memory_fit, plan_pairs
-from sharewise.policy.sharewise import shared_completion, sharewise
 from sharewise.policy.sjf_bsbf import sharing_times, sjf_bsbf
 from sharewise.policy.table import SlowdownTable
+from sharewise.predictor.memory import memory_fit
 
 WORKLOADS = ["a", "b", "c"]
 
@@ -40,6 +42,7 @@ def make_queue(rows) -> Queue:
         gpus=np.array([r[2] for r in rows], np.int64),
         remaining=np.array([r[1] for r in rows], float),
         workload=np.array([r[3] for r in rows], np.int64),
+        attained=np.array([r[4] if len(r) > 4 else 0.0 for r in rows], float),
     )
 
 
@@ -54,6 +57,8 @@ def make_cluster(
     work=None,
     slo=2.0,
     cross=1.0,
+    attained=None,
+    ngpus=None,
 ) -> ClusterState:
     resident = np.asarray(resident, np.int64).reshape(-1, 2)
     g = resident.shape[0]
@@ -63,26 +68,31 @@ def make_cluster(
         speed=np.ones(g) if speed is None else np.asarray(speed, float),
         job_remaining=np.zeros(n_jobs) if remaining is None else np.asarray(remaining, float),
         job_workload=np.zeros(n_jobs, np.int64) if workload is None else np.asarray(workload, np.int64),
-        job_ngpus=np.ones(n_jobs, np.int64),
+        job_ngpus=np.ones(n_jobs, np.int64) if ngpus is None else np.asarray(ngpus, np.int64),
         job_start=np.zeros(n_jobs) if start is None else np.asarray(start, float),
         job_work=np.ones(n_jobs) if work is None else np.asarray(work, float),
         cross_node_slowdown=cross,
         slo=slo,
+        job_attained=np.zeros(n_jobs) if attained is None else np.asarray(attained, float),
+        job_arrival=np.zeros(n_jobs),
     )
 
 
 # ---- registry and invariants ------------------------------------------------------------------------
 def test_registry_names_and_unknown_policy():
     assert policy_names() == [
-        "exclusive-fifo",
+        "exclusive-fifo-strict",
+        "exclusive-fifo-backfill",
         "exclusive-sjf",
+        "tiresias",
         "sjf-ffs",
         "sjf-bsbf",
+        "packed-sticky",
         "pm-first",
         "pal",
         "sharewise",
     ]
-    with pytest.raises(ConfigError, match="known policies: exclusive-fifo, exclusive-sjf, pal"):
+    with pytest.raises(ConfigError, match="known policies: exclusive-fifo-backfill, exclusive-fifo-strict"):
         get_policy("round-robin")
 
 
@@ -105,6 +115,7 @@ def _random_state(seed: int):
         gpus=rng.choice([1, 1, 1, 2, 4], 25),
         remaining=rng.uniform(10, 1000, 25),
         workload=job_workload[queued],
+        attained=np.zeros(25),
     )
     cluster = make_cluster(
         resident,
@@ -116,6 +127,7 @@ def _random_state(seed: int):
         start=np.zeros(n_jobs),
         work=job_remaining * 1.2,
         cross=1.2,
+        attained=rng.uniform(0, 8000, n_jobs),
     )
     p50 = rng.uniform(1.0, 2.2, (3, 3))
     allowed = np.ones((3, 3), bool)
@@ -128,7 +140,13 @@ def _random_state(seed: int):
 def test_policy_invariants(name, seed):
     queue, cluster, tab = _random_state(seed)
     policy = get_policy(name)
-    placements = policy(queue, cluster, tab, 50.0)
+    decision = as_decision(policy(queue, cluster, tab, 50.0))
+    if decision.preempt:  # a preemptive policy: check its placements on the cluster after the stops
+        assert getattr(policy, "preemptive", False), f"{name} preempts but is not marked preemptive"
+        resident = np.where(np.isin(cluster.resident, decision.preempt), -1, cluster.resident)
+        resident = np.sort(resident, axis=1)[:, ::-1]  # slot 0 fills first
+        cluster = dataclasses.replace(cluster, resident=resident)
+    placements = decision.start
     # Valid: each job queued and placed once, as many GPUs as asked, at most two jobs per GPU, allowed pairs.
     check_placements(placements, queue, cluster, tab, name)
     jobs = [p.job for p in placements]
@@ -138,8 +156,9 @@ def test_policy_invariants(name, seed):
         occupancy[list(p.gpus)] += 1
     assert occupancy.max() <= 2
     # Deterministic: the same inputs give the same placements.
-    assert policy(queue, cluster, tab, 50.0) == placements
-    if name.startswith("exclusive") or name in ("pm-first", "pal"):
+    queue2, cluster2, tab2 = _random_state(seed)
+    assert as_decision(policy(queue2, cluster2, tab2, 50.0)).start == placements
+    if name.startswith("exclusive") or name in ("pm-first", "pal", "packed-sticky", "tiresias"):
         assert all(cluster.occupancy()[list(p.gpus)].max() == 0 for p in placements)
 
 
@@ -368,8 +387,8 @@ def test_recommend_pairs_only_within_max_slowdown():
     plan = plan_pairs(_queue(["a", "b", "a", "b"]), table(p50, p90), gpus=2, max_slowdown=3.0)
     assert sorted(tuple(p["workloads"]) for p in plan.placements) == [("a", "b"), ("a", "b")]
     assert all(p["kind"] == "pair" for p in plan.placements) and not plan.waiting
-    assert plan.throughput == pytest.approx(2 * (1 / 1.2 + 1 / 1.25))
-    assert plan.exclusive_throughput == pytest.approx(2.0)
+    assert plan.work_rate == pytest.approx(2 * (1 / 1.2 + 1 / 1.25))
+    assert plan.exclusive_work_rate == pytest.approx(2.0)
 
 
 def test_recommend_leaves_jobs_alone_when_gpus_suffice_and_respects_memory():
@@ -407,10 +426,10 @@ def test_recommend_exact_and_greedy_agree_on_a_small_case_and_auto_says_which():
     exact = plan_pairs(queue, table(p50), gpus=5, method="exact")
     greedy = plan_pairs(queue, table(p50), gpus=5, method="greedy")
     assert exact.method == "exact" and greedy.method == "greedy"
-    assert greedy.throughput <= exact.throughput + 1e-9
-    assert greedy.throughput >= 0.9 * exact.throughput
+    assert greedy.work_rate <= exact.work_rate + 1e-9
+    assert greedy.work_rate >= 0.9 * exact.work_rate
     simple = plan_pairs(_queue(["a", "a"]), table(np.full((1, 1), 1.25)), gpus=1, method="greedy")
-    assert simple.throughput == pytest.approx(1.6)
+    assert simple.work_rate == pytest.approx(1.6)
     auto = plan_pairs(queue, table(p50), gpus=5, exact_max_variables=3)
     assert auto.method == "greedy" and "exceed the exact limit" in auto.method_note
     # Within a workload type, the job with less remaining time goes first.
@@ -550,3 +569,82 @@ def test_cli_recommend_json_and_bad_queue(tmp_path, capsys):
     bad.write_text("job,workload\nq1,w0\n")
     assert run_cli([*argv[:6], str(bad), "--gpus", "2"]) == 2
     assert "missing column(s) ['job_id']" in capsys.readouterr().err
+
+
+# ---- the baselines of SJF-BSBF and PAL -------------------------------------------------------------------
+def test_tiresias_preempts_by_attained_service_and_wakes_at_the_next_demotion():
+    from sharewise.policy.tiresias import tiresias
+
+    # GPU 0 runs job 0 (1 GPU, 4,000 GPU-s attained: queue 1); GPU 1 runs job 1 (1 GPU, 100 GPU-s: queue 0).
+    cluster = make_cluster([[0, -1], [1, -1]], n_jobs=10, attained=[4000.0, 100.0] + [0.0] * 8)
+    # Job 5 arrives (queue 0, no service yet): it outranks job 0 (queue 1) but not job 1 (same queue, running).
+    queue = make_queue([(5, 10.0, 1, 0, 0.0)])
+    d = tiresias(queue, cluster, table(np.full((1, 1), 1.5)), 0.0)
+    assert d.preempt == (0,) and d.start == [Placement(5, (0,))]
+    # Job 1 keeps running and reaches 3,600 GPU-s after 3,500 more seconds on its one GPU.
+    assert d.wake_at == pytest.approx(3500.0)
+    # A two-GPU job of queue 0 needs both GPUs: it preempts job 0 but not job 1, so it cannot start;
+    # the walk skips it (work-conserving) and job 0 keeps running.
+    d2 = tiresias(make_queue([(6, 10.0, 2, 0, 0.0)]), cluster, table(np.full((1, 1), 1.5)), 0.0)
+    assert d2.preempt == () and d2.start == []
+    # With thresholds (700,) as in the SJF-BSBF authors' testbed, job 1 (100 GPU-s) is still in queue 0.
+    d3 = tiresias(queue, cluster, table(np.full((1, 1), 1.5)), 0.0, thresholds=(700.0,))
+    assert d3.preempt == (0,) and d3.wake_at == pytest.approx(600.0)
+
+
+def test_packed_sticky_packs_jobs_blind_to_gpu_speed():
+    from sharewise.policy.packed_sticky import packed_sticky
+    from sharewise.policy.pal import pal
+
+    # Node 0 holds GPUs 0-1 (slow), node 1 GPUs 2-3 (fast); GPU 0 is busy.
+    cluster = make_cluster(
+        [[0, -1], [-1, -1], [-1, -1], [-1, -1]], n_jobs=10, speed=[0.5, 0.5, 1.0, 1.0], node=[0, 0, 1, 1]
+    )
+    queue = make_queue([(5, 100.0, 1, 0)])
+    # Packed: the node with the fewest free GPUs that fits (node 0, GPU 1), whatever its speed.
+    assert packed_sticky(queue, cluster, table(np.full((1, 1), 1.5)), 0.0) == [Placement(5, (1,))]
+    # PAL takes the fastest placement instead.
+    assert pal(queue, cluster, table(np.full((1, 1), 1.5)), 0.0) == [Placement(5, (2,))]
+
+
+def test_strict_fifo_stops_at_the_head_backfill_passes_it():
+    from sharewise.policy.exclusive import exclusive_fifo_backfill, exclusive_fifo_strict
+
+    cluster = make_cluster([[0, -1], [-1, -1], [-1, -1]], n_jobs=10)  # two GPUs free
+    queue = make_queue([(5, 10.0, 4, 0), (6, 10.0, 1, 0)])  # the head asks for 4 GPUs
+    tab = table(np.full((1, 1), 1.5))
+    assert exclusive_fifo_strict(queue, cluster, tab, 0.0) == []
+    assert exclusive_fifo_backfill(queue, cluster, tab, 0.0) == [Placement(6, (1,))]
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_fast_placement_check_agrees_with_the_detailed_one(seed):
+    """The vectorised validity check accepts exactly the placements the one-by-one walk accepts: on real
+    policies' placements (valid), and on the same with one random change (often invalid)."""
+    from sharewise.policy.base import InvalidPlacementError, _all_valid, _walk_placements
+
+    queue, cluster, tab = _random_state(seed % 6)
+    rng = np.random.default_rng(seed)
+    name = policy_names()[seed % len(policy_names())]
+    if getattr(get_policy(name), "preemptive", False):
+        name = "sjf-bsbf"
+    placements = list(as_decision(get_policy(name)(queue, cluster, tab, 50.0)).start)
+    if seed >= 10 and placements:  # change one placement: a GPU, the job, or a duplicate
+        k = int(rng.integers(len(placements)))
+        job, gpus = placements[k]
+        change = seed % 3
+        if change == 0:
+            gpus = tuple(int(g) for g in rng.choice(cluster.n_gpus, size=len(gpus), replace=False))
+        elif change == 1:
+            job = int(rng.choice(queue.job))
+        else:
+            placements.append(placements[k])
+        placements[k] = Placement(job, gpus)
+    try:
+        _walk_placements(placements, queue, cluster, tab, "p")
+        walk_ok = True
+    except InvalidPlacementError:
+        walk_ok = False
+    assert _all_valid(placements, queue, cluster, tab) == walk_ok
+    if seed < 10:
+        assert walk_ok  # a registered policy's own placements are valid

@@ -28,8 +28,8 @@ from sharewise.predictor import (
 )
 from sharewise.predictor import api as predictor_api
 from sharewise.predictor.evaluation import row_groups, slowdown_metrics
-from sharewise.predictor.features import profile_index
 from sharewise.predictor.model import MODEL_SCHEMA_VERSION, sidecar_path
+from sharewise.predictor.profile_join import profile_index
 
 FAST = {"n_estimators": 15, "max_depth": 3}
 
@@ -204,9 +204,10 @@ def test_save_load_round_trip(fitted, data, tmp_path):
     np.testing.assert_allclose(loaded.predict_quantiles(rows.X), fitted.predict_quantiles(rows.X), rtol=1e-6)
     assert loaded.get_params() == fitted.get_params()
     assert loaded.training_summary_ == fitted.training_summary_
-    # The fitted feature state (device references, partner effects) travels in the sidecar.
-    assert set(meta["training"]["device_reference"]) == {"flop_rate", "bytes_rate", "launch_rate"}
-    assert "w3" in meta["training"]["partner_effect"]["dev0"]
+    # The fitted feature state (device references, partner effects) travels in the sidecar's featurizer.
+    assert set(meta["featurizer"]["device_reference"]) == {"flop_rate", "bytes_rate", "launch_rate"}
+    assert "w3" in meta["featurizer"]["partner_effects"]["dev0"]
+    assert loaded.featurizer_.to_dict() == fitted.featurizer_.to_dict() == meta["featurizer"]
     pd.testing.assert_frame_equal(predict_pairs(loaded, *data), predict_pairs(fitted, *data))
 
 
@@ -267,7 +268,7 @@ def test_pair_features_are_symmetric_where_they_should_be(data):
 
 
 def test_indexed_features_equal_row_aligned_features(data):
-    from sharewise.predictor.features import base_columns, pair_feature_matrix, pair_feature_matrix_indexed
+    from sharewise.predictor.pair_features import base_columns, pair_feature_matrix, pair_feature_matrix_indexed
 
     profiles = data[0]
     base = base_columns(profiles)
@@ -411,10 +412,10 @@ def test_out_of_fold_models_never_see_either_group(data, monkeypatch):
     seen: list[set[str]] = []
 
     class Spy(SlowdownRegressor):
-        def fit(self, X, y, summary=None):
+        def fit(self, X, y, summary=None, featurizer=None):
             meta = train_rows.meta.loc[X.index]
             seen.append(set(meta["self_family"]) | set(meta["partner_family"]))
-            return super().fit(X, y, summary)
+            return super().fit(X, y, summary, featurizer)
 
         def predict_quantiles(self, X):
             held = cand.meta.loc[X.index]

@@ -11,20 +11,19 @@ import pandas as pd
 import pytest
 from test_predictor import FAST, synthetic
 
-from sharewise.predictor import SlowdownRegressor, cross_validate, ordered_rows, predict_pairs, train_model
-from sharewise.predictor import evaluation as evaluation_module
-from sharewise.predictor.evaluation import grouped_folds, row_groups
-from sharewise.predictor.features import (
-    PARTNER_EFFECT,
-    SHARE_RATES,
-    device_reference,
-    job_rates,
-    prepare_rows,
-    reference_matrix,
-    select_base,
-    with_partner_effect,
+from sharewise.predictor import (
+    PairFeaturizer,
+    SlowdownRegressor,
+    cross_validate,
+    ordered_rows,
+    predict_pairs,
+    train_model,
 )
-from sharewise.predictor.model import monotone_signs
+from sharewise.predictor import evaluation as evaluation_module
+from sharewise.predictor.evaluation import fold_features, grouped_folds, row_groups
+from sharewise.predictor.feature_state import PARTNER_EFFECT, device_reference, reference_matrix
+from sharewise.predictor.featurizer import monotone_signs
+from sharewise.predictor.pair_features import SHARE_RATES, job_rates, select_base
 
 
 @pytest.fixture(scope="module")
@@ -63,20 +62,20 @@ def test_fitted_scales_ignore_held_out_profiles(data):
     for fold in grouped_folds(rows.meta, "family"):
         if fold.group != "fam2":
             continue
-        a, state_a = prepare_rows(rows, fold.train)
-        b, state_b = prepare_rows(rows_busier, fold.train)
-        assert state_a["device_reference"] == state_b["device_reference"]
-        pd.testing.assert_frame_equal(a.X.iloc[fold.train], b.X.iloc[fold.train])
+        state_a, a, _ = fold_features(rows, fold.train)
+        state_b, b, _ = fold_features(rows_busier, fold.train)
+        assert state_a.device_reference_ == state_b.device_reference_
+        pd.testing.assert_frame_equal(a, b)
 
 
 def test_partner_effect_leaves_out_the_self_family(data):
     profiles, pairs = data
     rows = ordered_rows(profiles, pairs)
-    train = np.arange(len(rows.y))
-    out, table = with_partner_effect(rows, train)
+    featurizer = PairFeaturizer()
+    values = featurizer.fit_transform(rows)[PARTNER_EFFECT].to_numpy()
+    table = featurizer.partner_effects_
     meta, log_y = rows.meta, np.log(rows.y)
-    values = out.X[PARTNER_EFFECT].to_numpy()
-    for i in (0, 5, len(train) - 3):
+    for i in (0, 5, len(rows.y) - 3):
         same_partner = (meta["partner_workload"] == meta["partner_workload"].iloc[i]) & (
             meta["device_name"] == meta["device_name"].iloc[i]
         )
@@ -93,13 +92,13 @@ def test_partner_effect_of_a_held_out_partner_is_unknown(data):
     profiles, pairs = data
     rows = ordered_rows(profiles, pairs)
     for fold in grouped_folds(rows.meta, "family"):
-        out, state = prepare_rows(rows, fold.train)
-        effect = out.X[PARTNER_EFFECT].to_numpy()[fold.test]
+        featurizer, _, X = fold_features(rows, fold.train)
+        effect = X[PARTNER_EFFECT].to_numpy()[fold.test]
         partner_held = rows.meta["partner_family"].to_numpy()[fold.test] == fold.group
         assert partner_held.any() and np.isnan(effect[partner_held]).all()
         assert np.isfinite(effect[~partner_held]).all()
         held_workloads = set(rows.meta["self_workload"].to_numpy()[fold.test])
-        assert not held_workloads & {w for per in state["partner_effect"].values() for w in per}
+        assert not held_workloads & {w for per in featurizer.partner_effects_.values() for w in per}
 
 
 def test_nested_selection_sees_only_the_training_groups(data, monkeypatch):
@@ -164,8 +163,7 @@ def test_more_partner_load_never_lowers_the_prediction(data):
     model = train_model(profiles, pairs, **FAST)
     names = list(model.feature_names_in_)
     assert sum(monotone_signs(names)) >= 2  # partner shares and the partner effect
-    rows = prepare_rows(ordered_rows(profiles, pairs), np.arange(2 * len(pairs) - 2))[0]
-    X = rows.X.iloc[:40].reset_index(drop=True)
+    X = model.featurizer_.transform(ordered_rows(profiles, pairs)).iloc[:40].reset_index(drop=True)
     col = "pair_partner_share_flop_rate"
     grid = np.linspace(0.0, 1.5, 7)
     preds = np.stack([model.predict_quantiles(X.assign(**{col: v})) for v in grid])

@@ -136,6 +136,7 @@ def _gone(pids, wait_s: float = 10.0) -> bool:
     return False
 
 
+@pytest.mark.slow
 def test_ray_campaign_gives_the_same_rows_as_local(ray_cluster, tmp_path):
     local = run_campaign(THREE, FAST, tmp_path / "local", profile_missing=False)
     assert local.measured == 6 and not local.failures, local.failures
@@ -174,6 +175,7 @@ def test_ray_campaign_gives_the_same_rows_as_local(ray_cluster, tmp_path):
     assert len(watch.runs()) == 6 and watch.max_hosts_at_once == 1
 
 
+@pytest.mark.slow
 def test_killed_ray_worker_is_retried_without_lost_or_duplicated_rows(ray_cluster, tmp_path):
     specs = THREE[:2]
     watch = PairWorkerWatch(kills=1)
@@ -203,6 +205,7 @@ def test_killed_ray_worker_is_retried_without_lost_or_duplicated_rows(ray_cluste
     assert {s for _, _, s in rows} == {"ok"} and summary.measured == 3 and not summary.failures
 
 
+@pytest.mark.slow
 def test_retries_are_bounded_then_the_pair_is_recorded_failed(ray_cluster, tmp_path):
     watch = PairWorkerWatch(kills=2)
     watch.start()
@@ -224,15 +227,17 @@ def test_retries_are_bounded_then_the_pair_is_recorded_failed(ray_cluster, tmp_p
     assert summary.failures == [("tiny_mlp", "tiny_mlp", "failed", df.loc[0, "error"])]
 
 
+@pytest.mark.slow
 def test_a_pair_task_holds_a_whole_node(ray_cluster):
     import ray
 
-    from sharewise.profiler.executors import _largest_node_cpus
+    from sharewise.profiler.executors.ray import _largest_node_cpus
 
     # Not ray.available_resources(): that sums over nodes and shrinks while tasks run.
     assert _largest_node_cpus(ray) == 2
 
 
+@pytest.mark.slow
 def test_cli_pairs_on_a_ray_cluster_by_address(ray_cluster, tmp_path):
     """A second driver process joins the running cluster through --address, as on a real cluster."""
     out = tmp_path / "d"
@@ -270,6 +275,7 @@ def test_cli_pairs_on_a_ray_cluster_by_address(ray_cluster, tmp_path):
     assert list(Dataset(out).read_profiles(latest=False)["workload"]) == ["tiny_mlp"]
 
 
+@pytest.mark.slow
 def test_a_bad_address_fails_in_one_line_before_any_run(tmp_path):
     pytest.importorskip("ray", reason="Ray is an optional extra (pip install 'sharewise[ray]')")
     out = tmp_path / "d"
@@ -299,6 +305,7 @@ def test_missing_ray_gives_the_install_hint(monkeypatch, tmp_path, capsys):
     assert not out.exists(), "nothing may be written when the executor cannot start"
 
 
+@pytest.mark.slow
 def test_a_stopped_campaign_cancels_its_remaining_ray_tasks(ray_cluster, tmp_path):
     """An error or Ctrl-C in the driver must not leave pair runs going on a cluster that outlives it."""
 

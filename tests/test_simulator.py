@@ -10,21 +10,18 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from sharewise.app.simulate import SimulationConfig, run_simulation
 from sharewise.cli import main
 from sharewise.datasets.store import Dataset
+from sharewise.datasets.traces import Trace, TraceContext, check_trace
+from sharewise.datasets.traces.gavel import read_gavel_trace
+from sharewise.datasets.traces.generic import read_generic_csv
+from sharewise.datasets.traces.philly import read_philly_csv
 from sharewise.errors import TraceError
 from sharewise.policy import Placement, get_policy, policy_names
 from sharewise.policy.base import InvalidPlacementError
-from sharewise.policy.experiment import SimulationConfig, run_simulation
 from sharewise.policy.simulator import Cluster, simulate
 from sharewise.policy.table import SlowdownTable
-from sharewise.policy.traces import (
-    Trace,
-    check_trace,
-    read_gavel_trace,
-    read_generic_csv,
-    read_philly_csv,
-)
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 DEVICE = "gpu-x"
@@ -309,13 +306,14 @@ def test_generic_csv_missing_columns(tmp_path):
 def test_gavel_trace_errors_name_the_line(tmp_path, lines, message):
     path = _write(tmp_path, "x.trace", "\n".join(lines) + "\n")
     with pytest.raises(TraceError, match=message):
-        read_gavel_trace(path, {"a": 2.0})
+        read_gavel_trace(path, TraceContext(throughputs={"a": 2.0}))
 
 
 def test_gavel_trace_duration_is_steps_over_isolated_throughput(tmp_path):
     path = _write(tmp_path, "x.trace", "a\tcmd\t-n\t1\t100\t0\t1\na\tcmd\t-n\t1\t50\t7\t4\n")
-    trace = read_gavel_trace(path, {"a": 2.0})
-    assert trace.duration.tolist() == [50.0, 25.0]
+    trace = read_gavel_trace(path, TraceContext(throughputs={"a": 2.0}))
+    # 100 / 2.0; and a 4-GPU job of a type measured on one GPU only: 50 / (2.0 * 4 / 1)
+    assert trace.duration.tolist() == [50.0, 6.25]
     assert trace.gpus.tolist() == [1, 4] and trace.line.tolist() == [1, 2]
 
 
@@ -326,14 +324,14 @@ def test_philly_csv_is_sorted_and_its_draw_is_seeded(tmp_path):
         "2017-10-09 08:00:00,5.0,1,5.0,c\n"
     )
     path = _write(tmp_path, "philly.csv", text)
-    t1 = read_philly_csv(path, ["a", "b"], seed=1)
-    t2 = read_philly_csv(path, ["b", "a"], seed=1)
+    t1 = read_philly_csv(path, TraceContext(workloads=["a", "b"], seed=1))
+    t2 = read_philly_csv(path, TraceContext(workloads=["b", "a"], seed=1))
     assert t1.arrival.tolist() == [0.0, 2932.0, 6417.0]
     assert t1.line.tolist() == [3, 2, 4]
     assert t1.workload.tolist() == t2.workload.tolist()
     bad = _write(tmp_path, "bad.csv", "timestamp,duration,num_gpus\nyesterday,1,1\n")
     with pytest.raises(TraceError, match=r"bad\.csv:2: column 'timestamp'"):
-        read_philly_csv(bad, ["a"])
+        read_philly_csv(bad, TraceContext(workloads=["a"]))
 
 
 def test_check_trace_names_unknown_workloads_and_oversized_jobs():
@@ -364,19 +362,17 @@ def test_cli_ambiguous_device_lists_names(tmp_path, capsys):
 
 # ---- public traces (skipped when ../shared/data is absent) -------------------------------------------
 def test_public_traces_load(shared_data, tmp_path):
-    from sharewise.datasets.importers import get_importer
+    from sharewise.datasets.importers.gavel import import_gavel
 
-    get_importer("gavel")(
-        shared_data / "gavel" / "simulation_throughputs.json", tmp_path / "gavel", static_features=False
-    )
+    import_gavel(shared_data / "gavel" / "simulation_throughputs.json", tmp_path / "gavel")
     profiles = Dataset(tmp_path / "gavel").read_profiles()
     v100 = profiles[profiles["device_name"] == "v100"]
     trace = read_gavel_trace(
         shared_data / "gavel" / "traces_msr_seed0" / "6214e9.trace",
-        dict(zip(v100["workload"], v100["throughput"], strict=True)),
+        TraceContext(throughputs=dict(zip(v100["workload"], v100["throughput"], strict=True))),
     )
     assert len(trace) == 2000 and trace.gpus.max() == 8
-    philly = read_philly_csv(shared_data / "philly" / "philly.csv", ["a", "b"], seed=0)
+    philly = read_philly_csv(shared_data / "philly" / "philly.csv", TraceContext(workloads=["a", "b"]))
     assert len(philly) == 82247 and np.all(np.diff(philly.arrival) >= 0)
     cfg = SimulationConfig(
         trace=str(shared_data / "gavel" / "traces_msr_seed0" / "6214e9.trace"),
@@ -395,10 +391,27 @@ def test_public_traces_load(shared_data, tmp_path):
 
 
 def test_synthetic_trace_round_trips_through_the_generic_csv(tmp_path):
-    from sharewise.policy.traces import synthetic_trace, write_generic_csv
+    from sharewise.datasets.traces.generic import write_generic_csv
+    from sharewise.datasets.traces.synthetic import synthetic_trace
 
-    trace = synthetic_trace(["alpha", "beta"], 50, seed=5, max_gpus=4)
+    trace = synthetic_trace(["alpha", "beta"], 50, 4, seed=5)
     again = read_generic_csv(write_generic_csv(trace, tmp_path / "t.csv"))
     assert np.allclose(again.arrival, trace.arrival) and np.allclose(again.duration, trace.duration)
-    assert again.workload.tolist() == trace.workload.tolist() and set(again.gpus) <= {1, 2, 4}
-    assert synthetic_trace(["alpha", "beta"], 50, seed=5).workload.tolist() == trace.workload.tolist()
+    assert again.workload.tolist() == trace.workload.tolist() and set(again.gpus) <= {1, 2}
+    assert synthetic_trace(["alpha", "beta"], 50, 4, seed=5).workload.tolist() == trace.workload.tolist()
+
+
+def test_verdict_says_where_ours_loses_and_why():
+    from sharewise.app.simulate import verdict
+
+    def sim(**policies):
+        return {"jobs": 100, "policies": {n: {"avg_jct": j * 3600, "slo_violations": v, "preemptions": p}
+                                          for n, (j, v, p) in policies.items()}}
+
+    won = verdict(sim(**{"exclusive-sjf": (2.0, 0, 0), "sjf-bsbf": (1.5, 9, 0), "sharewise": (1.49, 0, 0)}))
+    assert won[0] == "sharewise: average JCT 1.49 h, 0.74x exclusive-sjf, 0 SLO violation(s) of 100 jobs"
+    assert "lowest average JCT" in won[1]
+    lost = verdict(sim(**{"exclusive-sjf": (2.0, 0, 0), "sjf-bsbf": (1.2, 9, 0), "sharewise": (1.5, 1, 0)}))
+    assert "sjf-bsbf's average JCT is 20% lower, at the cost of 9 SLO violations to our 1" in lost[1]
+    preempt = verdict(sim(**{"tiresias": (1.0, 0, 30), "sjf-bsbf": (1.6, 9, 0), "sharewise": (1.5, 0, 0)}))
+    assert "it preempts running jobs (30 preemptions)" in preempt[1]

@@ -40,6 +40,8 @@ PROFILE_OPTIONAL: dict[str, str] = {
     "profile_s": "float",
     "probe_cv": "float",
     "source": "str",
+    # JSON object: GPUs -> isolated steps/s of the whole job on that many GPUs, e.g. '{"1": 4.4, "2": 7.9}'.
+    "scale_throughputs": "str",
 }
 
 PAIR_COLUMNS: dict[str, str] = {

@@ -1,30 +1,39 @@
 """Policies that decide which jobs share a GPU, the cluster simulator that compares them, and ``recommend``.
 
 Every policy is a pure function with one signature, ``policy(queue, cluster, table, now) -> list[Placement]``
-(types in ``sharewise.policy.base``), living in its own module and named in ``REGISTRY``. Knobs go in as
+or, for preemptive ones, a ``Decision`` (types in ``sharewise.policy.base``), living in its own module and
+named in ``REGISTRY``. Knobs go in as
 keyword arguments, bound with ``functools.partial``; nothing dispatches on a policy's name.
 """
 
 from __future__ import annotations
 
-import importlib
+from sharewise.policy.base import ClusterState, Decision, InvalidPlacementError, Placement, Policy, Queue
+from sharewise.registry import Registry
 
-from sharewise.policy.base import ClusterState, InvalidPlacementError, Placement, Policy, Queue
-
-# name -> "module:attribute" inside this package, imported on first use.
-REGISTRY: dict[str, str] = {
-    "exclusive-fifo": "exclusive:exclusive_fifo",
-    "exclusive-sjf": "exclusive:exclusive_sjf",
-    "sjf-ffs": "sjf_ffs:sjf_ffs",
-    "sjf-bsbf": "sjf_bsbf:sjf_bsbf",
-    "pm-first": "pm_first:pm_first",
-    "pal": "pal:pal",
-    "sharewise": "sharewise:sharewise",
-}
+# name -> "module:attribute" inside this package, imported on first use; baselines first, ours last.
+REGISTRY: Registry[Policy] = Registry(
+    "policy",
+    "sharewise.policy",
+    {
+        "exclusive-fifo-strict": "exclusive:exclusive_fifo_strict",
+        "exclusive-fifo-backfill": "exclusive:exclusive_fifo_backfill",
+        "exclusive-sjf": "exclusive:exclusive_sjf",
+        "tiresias": "tiresias:tiresias",
+        "sjf-ffs": "sjf_ffs:sjf_ffs",
+        "sjf-bsbf": "sjf_bsbf:sjf_bsbf",
+        "packed-sticky": "packed_sticky:packed_sticky",
+        "pm-first": "pm_first:pm_first",
+        "pal": "pal:pal",
+        "sharewise": "interference_aware:sharewise",
+    },
+    signature="policy(queue, cluster, table, now) -> list[Placement]",
+)
 
 __all__ = [
     "REGISTRY",
     "ClusterState",
+    "Decision",
     "InvalidPlacementError",
     "Placement",
     "Policy",
@@ -36,15 +45,9 @@ __all__ = [
 
 def policy_names() -> list[str]:
     """Return the registered policy names in registry order (baselines first, ours last)."""
-    return list(REGISTRY)
+    return REGISTRY.names()
 
 
 def get_policy(name: str) -> Policy:
     """Return the policy function registered as ``name``; an unknown name lists the known ones."""
-    from sharewise.errors import ConfigError
-
-    if name not in REGISTRY:
-        raise ConfigError(f"unknown policy {name!r}; known policies: {', '.join(sorted(REGISTRY))}")
-    module_name, _, attr = REGISTRY[name].partition(":")
-    module = importlib.import_module(f"sharewise.policy.{module_name}")
-    return getattr(module, attr)
+    return REGISTRY.get(name)

@@ -1,12 +1,15 @@
-"""Types every policy shares: the queue, the cluster state, a placement, and GPU-picking helpers.
+"""Types every policy shares: the queue, the cluster state, a placement, a decision, and GPU-picking helpers.
 
-A policy is a pure function ``policy(queue, cluster, table, now) -> list[Placement]``. The simulator and
-``recommend`` build the two inputs as numpy views, so a policy can be vectorised over the queue and the GPUs;
-the views are read-only, so a policy cannot change the state it is shown.
+A policy is a pure function ``policy(queue, cluster, table, now) -> list[Placement] | Decision``. Most return
+the placements to start now; a preemptive policy (``preemptive = True`` on the function, e.g. Tiresias)
+returns a ``Decision`` that may also stop running jobs and ask to be called again at a given time. The
+simulator builds the inputs as numpy views, so a policy can be vectorised over the queue and the GPUs; the
+views are read-only, so a policy cannot change the state it is shown.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
@@ -31,13 +34,33 @@ class Placement(NamedTuple):
     gpus: tuple[int, ...]
 
 
+class Decision(NamedTuple):
+    """A policy's full answer: stop the running jobs ``preempt``, then start ``start`` (on GPUs free after the
+    stops); call the policy again at ``wake_at`` (seconds) even if no job arrives or ends by then.
+
+    Example: ``Decision(start=[Placement(4, (0,))], preempt=(2,), wake_at=7200.0)``.
+    """
+
+    start: list[Placement]
+    preempt: tuple[int, ...] = ()
+    wake_at: float = math.inf
+
+
+def as_decision(answer: list[Placement] | Decision | None) -> Decision:
+    """Return a policy's answer as a ``Decision`` (a list of placements starts them, stops nothing)."""
+    if isinstance(answer, Decision):
+        return answer
+    return Decision(start=list(answer or ()))
+
+
 @dataclass(frozen=True)
 class Queue:
     """The waiting jobs, in arrival order; every field is a read-only array of the same length.
 
     ``job`` is sorted ascending and indexes the caller's job arrays (and ``ClusterState.job_*``);
     ``remaining`` is the job's remaining exclusive run time in seconds on a speed-1.0 GPU (schedulers in the
-    SJF family assume it is known); ``workload`` holds ids of the ``SlowdownTable``.
+    SJF family assume it is known); ``workload`` holds ids of the ``SlowdownTable``; ``attained`` the
+    service a job received so far in GPU-seconds (GPUs x time run; nonzero for a preempted job), or None.
     """
 
     job: np.ndarray
@@ -45,6 +68,7 @@ class Queue:
     gpus: np.ndarray
     remaining: np.ndarray
     workload: np.ndarray
+    attained: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.job.shape[0])
@@ -61,7 +85,8 @@ class ClusterState:
     (queued jobs are described by the ``Queue``); with ``now`` they give a job's slowdown so far. A job
     spanning more than one node runs ``cross_node_slowdown`` times slower: locality-aware policies may weigh
     it. ``slo`` is the operator's bound on a job's realized slowdown (run time over exclusive run time);
-    SLO-aware policies respect it.
+    SLO-aware policies respect it. ``job_attained`` (GPU-seconds of service so far) and ``job_arrival``
+    are indexed by job for every job, for policies that rank by attained service (Tiresias).
     """
 
     resident: np.ndarray
@@ -74,6 +99,8 @@ class ClusterState:
     job_work: np.ndarray
     cross_node_slowdown: float = 1.0
     slo: float = 2.0
+    job_attained: np.ndarray | None = None
+    job_arrival: np.ndarray | None = None
 
     @property
     def n_gpus(self) -> int:
@@ -84,7 +111,7 @@ class ClusterState:
         return (self.resident >= 0).sum(axis=1)
 
 
-Policy = Callable[["Queue", "ClusterState", "SlowdownTable", float], list[Placement]]
+Policy = Callable[["Queue", "ClusterState", "SlowdownTable", float], "list[Placement] | Decision"]
 
 
 def readonly(array: np.ndarray) -> np.ndarray:
@@ -117,23 +144,25 @@ def pick_free_gpus(free: np.ndarray, node: np.ndarray, k: int) -> np.ndarray | N
     return np.sort(idx[rank[:k]])
 
 
-def pick_fastest_gpus(free: np.ndarray, speed: np.ndarray, k: int) -> np.ndarray | None:
-    """Choose the ``k`` fastest GPUs among ``free`` (ties: lower index); ``None`` if too few."""
-    idx = np.flatnonzero(free)
-    if idx.shape[0] < k:
-        return None
-    rank = np.argsort(-speed[idx], kind="stable")
-    return np.sort(idx[rank[:k]])
-
-
 def check_placements(
     placements: Sequence[Placement], queue: Queue, cluster: ClusterState, table: SlowdownTable, policy: str
 ) -> None:
     """Raise ``InvalidPlacementError`` unless ``placements`` can all start together on ``cluster``.
 
     Checks: each job is queued and placed once, gets exactly the GPUs it asked for, no GPU ends with more
-    than two jobs, and every pair that would share a GPU may share according to ``table``.
+    than two jobs, and every pair that would share a GPU may share according to ``table``. A vectorised
+    check runs first (the simulator validates every call); only a failing call walks the placements one by
+    one to name the first problem.
     """
+    if _all_valid(placements, queue, cluster, table):
+        return
+    _walk_placements(placements, queue, cluster, table, policy)
+
+
+def _walk_placements(
+    placements: Sequence[Placement], queue: Queue, cluster: ClusterState, table: SlowdownTable, policy: str
+) -> None:
+    """Check placements one by one, in order, raising ``InvalidPlacementError`` for the first problem."""
     occupancy = cluster.occupancy().copy()
     partner = np.where(cluster.resident[:, 0] >= 0, cluster.resident[:, 0], -1)
     partner_workload = np.full(cluster.n_gpus, -1)
@@ -176,6 +205,45 @@ def check_placements(
                 )
             occupancy[g] += 1
             partner_workload[g] = queue.workload[i]
+
+
+def _all_valid(placements: Sequence[Placement], queue: Queue, cluster: ClusterState, table: SlowdownTable) -> bool:
+    """Whether every check of ``check_placements`` passes, in a few vector operations."""
+    m = len(placements)
+    if m == 0:
+        return True
+    n = cluster.n_gpus
+    jobs = np.fromiter((p.job for p in placements), np.int64, m)
+    lens = np.fromiter((len(p.gpus) for p in placements), np.int64, m)
+    flat = np.fromiter((g for p in placements for g in p.gpus), np.int64, int(lens.sum()))
+    i = np.searchsorted(queue.job, jobs)
+    if (i >= len(queue)).any() or not np.array_equal(queue.job[i], jobs):
+        return False
+    if np.unique(jobs).shape[0] != m or not np.array_equal(lens, queue.gpus[i]):
+        return False
+    if (flat < 0).any() or (flat >= n).any():
+        return False
+    owner = np.repeat(np.arange(m), lens)
+    if np.unique(owner * n + flat).shape[0] != flat.shape[0]:
+        return False
+    occupancy = cluster.occupancy()
+    added = np.bincount(flat, minlength=n)
+    if (occupancy + added > MAX_JOBS_PER_GPU).any():
+        return False
+    # Every GPU that ends with two jobs: the two workloads (resident and newcomer, or two newcomers).
+    new_wl = queue.workload[i][owner]
+    joins = occupancy[flat] == 1
+    if joins.any():
+        resident_wl = cluster.job_workload[cluster.resident[flat[joins], 0]]
+        if not table.allowed[new_wl[joins], resident_wl].all():
+            return False
+    both_new = np.flatnonzero((occupancy == 0) & (added == 2))
+    if both_new.shape[0]:
+        order = np.argsort(flat, kind="stable")
+        sel = order[np.isin(flat[order], both_new)].reshape(-1, 2)
+        if not table.allowed[new_wl[sel[:, 0]], new_wl[sel[:, 1]]].all():
+            return False
+    return True
 
 
 def smallest_first(keys: np.ndarray, m: int) -> np.ndarray:

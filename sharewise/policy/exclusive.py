@@ -1,4 +1,11 @@
-"""``exclusive-fifo`` and ``exclusive-sjf``: one job per GPU, no sharing (the baselines)."""
+"""Exclusive baselines, one job per GPU and no sharing: ``exclusive-fifo-strict`` (Gavel's ``fifo``),
+``exclusive-fifo-backfill`` and ``exclusive-sjf``.
+
+The two FIFOs differ where a job at the head of the queue does not fit on the free GPUs. Strict FIFO, the
+semantics of Gavel's ``FIFOPolicy`` (``scheduler/policies/fifo.py``: the allocation loop ``break``s at the
+first queued job no worker type has room for), stops there: no later job starts before it, so a big job at
+the head can leave GPUs idle. The backfilling FIFO passes over it and starts later jobs that fit.
+"""
 
 from __future__ import annotations
 
@@ -11,12 +18,19 @@ from sharewise.policy.table import SlowdownTable
 
 
 def exclusive(
-    queue: Queue, cluster: ClusterState, table: SlowdownTable, now: float, *, order: str = "sjf"
+    queue: Queue,
+    cluster: ClusterState,
+    table: SlowdownTable,
+    now: float,
+    *,
+    order: str = "sjf",
+    backfill: bool = True,
 ) -> list[Placement]:
     """Start queued jobs on free GPUs only, one job per GPU, in ``order`` (``fifo`` or ``sjf``).
 
-    A job that does not fit on the free GPUs is passed over for later, smaller ones (backfilling), so a big
-    job at the head does not idle the cluster. GPUs are chosen on as few nodes as possible.
+    With ``backfill`` a job that does not fit on the free GPUs is passed over for later, smaller ones, so a
+    big job at the head does not idle the cluster; without it the queue stops at that job (head-of-line
+    blocking, Gavel's FIFO). GPUs are chosen on as few nodes as possible.
 
     Returns
     -------
@@ -28,6 +42,8 @@ def exclusive(
         return []
     free = free.copy()
     gpus = queue.gpus
+    if not backfill:
+        return _head_of_line(queue, cluster, free, n_free, order)
     # Only jobs that fit on the free GPUs now can start; the loop then walks just those.
     fits = np.flatnonzero(gpus <= n_free)
     keys = queue_keys(queue, order)[fits]
@@ -45,5 +61,21 @@ def exclusive(
     return placements
 
 
-exclusive_fifo = partial(exclusive, order="fifo")
+def _head_of_line(queue: Queue, cluster: ClusterState, free: np.ndarray, n_free: int, order: str):
+    placements: list[Placement] = []
+    for i in in_order(queue_keys(queue, order), n_free):
+        k = int(queue.gpus[i])
+        if k > n_free:
+            break  # the head does not fit: nobody behind it starts
+        chosen = pick_free_gpus(free, cluster.node, k)
+        free[chosen] = False
+        n_free -= k
+        placements.append(Placement(int(queue.job[i]), tuple(int(g) for g in chosen)))
+        if n_free == 0:
+            break
+    return placements
+
+
+exclusive_fifo_strict = partial(exclusive, order="fifo", backfill=False)
+exclusive_fifo_backfill = partial(exclusive, order="fifo", backfill=True)
 exclusive_sjf = partial(exclusive, order="sjf")

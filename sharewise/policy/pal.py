@@ -40,23 +40,34 @@ def pal(
     placements = []
     for i in by_sensitivity(queue, select_jobs(queue, n_free, order)):
         k = int(queue.gpus[i])
-        idx = np.flatnonzero(free)
-        ranked = idx[np.argsort(-speed[idx], kind="stable")]
-        best_key, best = None, None
-        options = [ranked[:k]]
-        free_nodes = node[ranked]
-        for n in np.unique(free_nodes):
-            on_node = ranked[free_nodes == n]
-            if on_node.shape[0] >= k:
-                options.append(on_node[:k])
-        for gpus in options:
-            spans = np.unique(node[gpus]).shape[0]
-            eff = float(speed[gpus].min()) / (penalty if spans > 1 else 1.0)
-            node_free = int((free_nodes == node[gpus[0]]).sum()) if spans == 1 else n_free
-            key = (-eff, spans, node_free)
-            if best_key is None or key < best_key:
-                best_key, best = key, gpus
+        best = fastest_block(free, speed, node, k, penalty)
         free[best] = False
-        n_free -= k
         placements.append(Placement(int(queue.job[i]), tuple(sorted(int(g) for g in best))))
     return placements
+
+
+def fastest_block(free: np.ndarray, speed: np.ndarray, node: np.ndarray, k: int, penalty: float) -> np.ndarray:
+    """Return the ``k`` free GPUs with the best effective speed (PAL's placement rule).
+
+    Candidates: the ``k`` fastest free GPUs of each node that has ``k`` free, and the ``k`` fastest free GPUs
+    anywhere. A candidate's effective speed is its slowest GPU's speed, divided by ``penalty`` when it spans
+    nodes; the best wins, ties going to fewer nodes, then to the node with fewer free GPUs (whole nodes stay
+    free for big jobs). The caller makes sure ``k`` GPUs are free.
+    """
+    idx = np.flatnonzero(free)
+    ranked = idx[np.argsort(-speed[idx], kind="stable")]
+    free_nodes = node[ranked]
+    options = [ranked[:k]]
+    for n in np.unique(free_nodes):
+        on_node = ranked[free_nodes == n]
+        if on_node.shape[0] >= k:
+            options.append(on_node[:k])
+    best_key, best = None, None
+    for gpus in options:
+        spans = np.unique(node[gpus]).shape[0]
+        eff = float(speed[gpus].min()) / (penalty if spans > 1 else 1.0)
+        node_free = int((free_nodes == node[gpus[0]]).sum()) if spans == 1 else idx.shape[0]
+        key = (-eff, spans, node_free)
+        if best_key is None or key < best_key:
+            best_key, best = key, gpus
+    return best

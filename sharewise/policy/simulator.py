@@ -4,8 +4,20 @@ Jobs arrive, wait in a queue, and are gang-scheduled by a policy on the GPUs the
 per GPU). A running job advances at rate ``speed / slowdown`` on each of its GPUs and a multi-GPU job at the
 rate of its slowest GPU; the slowdown next to a partner is the measured one (the truth ``SlowdownTable``),
 while the policy sees its own table (predictions, or the truth with ``oracle``). Events (arrivals,
-completions) live in a heap; a completion whose job changed rate since it was scheduled is skipped by its
-version stamp.
+completions, wake-ups a policy asked for, round boundaries) live in a heap; a completion whose job changed
+rate since it was scheduled is skipped by its version stamp.
+
+Semantics, stated once:
+
+- **When the policy runs.** Event-driven (default): after every arrival, completion or requested wake-up,
+  while jobs wait and a GPU slot is free (a preemptive policy runs whenever jobs wait). Round-based
+  (``round_s``, Gavel's 360 s rounds): only at multiples of ``round_s``; jobs that arrive or GPUs freed in
+  between wait for the next round boundary.
+- **Preemption.** A ``Decision`` may stop running jobs; a stopped job keeps its progress, returns to the
+  queue, and pays ``Cluster.preempt_delay_s`` of exclusive run time (checkpoint restore) when it restarts.
+  Its attained service (GPUs x seconds run) keeps counting across restarts.
+- **Metrics.** JCT = finish - arrival; queueing delay = first start - arrival; realized slowdown = (finish -
+  first start) x the speed of its last GPUs / exclusive run time (time preempted counts against it).
 """
 
 from __future__ import annotations
@@ -14,9 +26,12 @@ import heapq
 import math
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from sharewise.datasets.pair import both_orders
+from sharewise.datasets.traces import check_trace
 from sharewise.errors import ConfigError
 from sharewise.policy.base import (
     MAX_JOBS_PER_GPU,
@@ -24,58 +39,18 @@ from sharewise.policy.base import (
     InvalidPlacementError,
     Policy,
     Queue,
+    as_decision,
     check_placements,
     readonly,
 )
+from sharewise.policy.cluster import Cluster, seeded_speeds  # noqa: F401 - re-exported for callers
 from sharewise.policy.table import SlowdownTable
-from sharewise.policy.traces import Trace, check_trace
+from sharewise.stats import percentile
+
+if TYPE_CHECKING:
+    from sharewise.datasets.traces import Trace
 
 _QUEUED, _RUNNING, _DONE = 1, 2, 3
-
-
-@dataclass(frozen=True)
-class Cluster:
-    """GPUs to simulate: ``n_gpus`` on nodes of ``gpus_per_node``, each with a speed factor (1.0 = nominal).
-
-    ``cross_node_slowdown`` divides the rate of a job whose GPUs span more than one node (1.0: no penalty).
-    """
-
-    n_gpus: int = 160
-    gpus_per_node: int = 8
-    speeds: tuple[float, ...] | None = None
-    cross_node_slowdown: float = 1.0
-
-    def __post_init__(self) -> None:
-        if self.n_gpus < 1 or self.gpus_per_node < 1:
-            raise ConfigError(
-                f"a cluster needs at least one GPU and one GPU per node, got {self.n_gpus} GPUs with "
-                f"{self.gpus_per_node} per node"
-            )
-        if self.speeds is not None:
-            if len(self.speeds) != self.n_gpus:
-                raise ConfigError(f"got {len(self.speeds)} GPU speeds for {self.n_gpus} GPUs")
-            if not all(math.isfinite(s) and s > 0 for s in self.speeds):
-                raise ConfigError("GPU speed factors must be positive finite numbers")
-        if not (math.isfinite(self.cross_node_slowdown) and self.cross_node_slowdown >= 1.0):
-            raise ConfigError(f"cross-node slowdown must be >= 1.0, got {self.cross_node_slowdown}")
-
-    def speed_array(self) -> np.ndarray:
-        """Return the speed factor of each GPU."""
-        if self.speeds is None:
-            return np.ones(self.n_gpus)
-        return np.asarray(self.speeds, dtype=float)
-
-    def node_array(self) -> np.ndarray:
-        """Return the node index of each GPU."""
-        return np.arange(self.n_gpus) // self.gpus_per_node
-
-
-def seeded_speeds(n_gpus: int, sigma: float, seed: int) -> tuple[float, ...]:
-    """Draw GPU speed factors from a log-normal distribution with median 1.0 (``Generator(seed)``)."""
-    if sigma < 0:
-        raise ConfigError(f"speed spread (sigma) must be >= 0, got {sigma}")
-    rng = np.random.default_rng(seed)
-    return tuple(float(x) for x in np.exp(rng.normal(0.0, sigma, size=n_gpus)))
 
 
 @dataclass
@@ -94,6 +69,7 @@ class SimulationResult:
     wall_s: float = 0.0
     policy_calls: int = 0
     events: int = 0
+    preemptions: int = 0
     metrics: dict = field(default_factory=dict)
 
     @property
@@ -111,12 +87,13 @@ class SimulationResult:
         makespan = float(self.finish.max() - self.arrival.min())
         return {
             "avg_jct": float(jct.mean()),
-            "p95_jct": float(np.percentile(jct, 95)),
+            "p95_jct": percentile(jct, 95),
             "makespan": makespan,
             "avg_queue": float((self.start - self.arrival).mean()),
             "utilization": float(self.busy_gpu_seconds / (self.n_gpus * makespan)) if makespan > 0 else 0.0,
             # A small tolerance so float noise on a job that ran exactly at the SLO is not a violation.
             "slo_violations": int((self.realized_slowdown > self.slo * (1 + 1e-9)).sum()),
+            "preemptions": int(self.preemptions),
         }
 
 
@@ -130,23 +107,24 @@ def simulate(
     slo: float = 2.0,
     name: str = "policy",
     validate: bool = True,
-    observe: bool = False,
+    observe: bool = True,
+    round_s: float | None = None,
 ) -> SimulationResult:
     """Replay ``trace`` on ``cluster`` under ``policy``; return per-job times and the metrics.
 
     Parameters
     ----------
     trace
-        The jobs (``load_trace``); their workloads must be in ``truth``.
+        The jobs (``sharewise.datasets.traces.load_trace``); their workloads must be in ``truth``.
     policy
-        A function ``(queue, cluster_state, table, now) -> list[Placement]`` (see ``sharewise.policy``).
+        A function ``(queue, cluster_state, table, now) -> list[Placement] | Decision`` (``sharewise.policy``).
     truth
         Measured slowdowns: the rates the simulated jobs actually run at.
     view
         The table the policy sees (predictions); ``None`` shows it the truth (oracle). It is re-indexed to the
         truth's workloads and may never allow a pair the truth forbids (memory fit is known from profiles).
     cluster
-        GPUs, nodes and speed factors (default: 160 GPUs, 8 per node, all speed 1.0).
+        GPUs, nodes, speed factors and the preemption delay (default: 160 GPUs, 8 per node, all speed 1.0).
     slo
         Realized slowdown above which a job counts as an SLO violation.
     name
@@ -155,216 +133,347 @@ def simulate(
         Check every placement (job queued, GPU counts, at most two jobs per GPU, pair allowed).
     observe
         Once two workloads have run side by side, the policy's table holds their measured slowdowns, as a
-        scheduler that measures the throughput of its running jobs would know them.
+        scheduler that measures the throughput of its running jobs knows them (on by default).
+    round_s
+        Call the policy only at multiples of this many seconds (Gavel's rounds); ``None``: after every event.
     """
-    cluster = cluster or Cluster()
-    check_trace(trace, truth.workloads, cluster.n_gpus)
-    view = truth if view is None else view.aligned(truth.workloads).restricted(truth.allowed)
-    t0 = time.perf_counter()
-    n = len(trace)
-    n_gpus = cluster.n_gpus
-    speed = cluster.speed_array()
-    node = cluster.node_array()
-    cross = float(cluster.cross_node_slowdown)
-    truth_p50 = np.where(truth.allowed, truth.p50, np.inf)
+    if round_s is not None and not (math.isfinite(round_s) and round_s > 0):
+        raise ConfigError(f"round length must be a positive number of seconds, got {round_s}")
+    run = _Replay(trace, policy, truth, view, cluster or Cluster(), slo, name, validate, observe, round_s)
+    return run.run()
 
-    arrival = np.asarray(trace.arrival, dtype=float)
-    duration = np.asarray(trace.duration, dtype=float)
-    ngpus = np.asarray(trace.gpus, dtype=np.int64)
-    wl = truth.ids(trace.workload)
-    wl_list = wl.tolist()
 
-    remaining = duration.copy()  # exact at anchor_t for running jobs; refreshed before each policy call
-    anchor_t = np.zeros(n)
-    rate = np.zeros(n)
-    start = np.full(n, np.nan)
-    finish = np.full(n, np.nan)
-    eff_speed = np.ones(n)  # speed the job would have alone on its GPUs, for the realized slowdown
-    version = [0] * n
-    status = np.zeros(n, dtype=np.int8)
-    job_gpus: list[list[int]] = [[] for _ in range(n)]
+class _Replay:
+    """The state of one simulation: per-job arrays, the GPU slots, the event heap, and the steps of a run.
 
-    resident = np.full((n_gpus, MAX_JOBS_PER_GPU), -1, dtype=np.int64)
-    occupancy = np.zeros(n_gpus, dtype=np.int64)
-    free_slots = MAX_JOBS_PER_GPU * n_gpus
-    busy = 0  # GPUs holding at least one job
-    busy_seconds = 0.0
+    Running jobs hold an exact ``remaining`` at ``anchor_t`` and a ``rate``; a rate change re-anchors the job
+    and pushes a new completion event stamped with the job's ``version``, so a stale event is skipped.
+    """
 
-    ro_resident = readonly(resident)
-    state = ClusterState(
-        resident=ro_resident,
-        node=readonly(node),
-        speed=readonly(speed),
-        job_remaining=readonly(remaining),
-        job_workload=readonly(wl),
-        job_ngpus=readonly(ngpus),
-        job_start=readonly(start),
-        job_work=readonly(duration),
-        cross_node_slowdown=cross,
-        slo=float(slo),
-    )
-    ro = {
-        k: readonly(v)
-        for k, v in (("arrival", arrival), ("gpus", ngpus), ("remaining", remaining), ("wl", wl))
-    }
+    def __init__(self, trace, policy, truth, view, cluster, slo, name, validate, observe, round_s) -> None:
+        check_trace(trace, truth.workloads, cluster.n_gpus)
+        self.trace = trace
+        self.policy = policy
+        self.preemptive = bool(getattr(policy, "preemptive", False))
+        self.truth = truth
+        self.view = truth if view is None else view.aligned(truth.workloads).restricted(truth.allowed)
+        self.name = name
+        self.slo = float(slo)
+        self.validate = validate
+        self.observe = observe
+        self.round_s = round_s
+        self.preempt_delay = float(cluster.preempt_delay_s)
+        self.began = time.perf_counter()
+        n = self.n = len(trace)
+        self.n_gpus = cluster.n_gpus
+        self.speed = cluster.speed_array()
+        self.node = cluster.node_array()
+        self.cross = float(cluster.cross_node_slowdown)
+        self.truth_p50 = np.where(truth.allowed, truth.p50, np.inf)
 
-    learned: list[tuple[int, int]] = []
-    heap: list[tuple[float, int, int]] = []
-    queue = np.empty(0, dtype=np.int64)
-    next_arrival = 0
-    now = 0.0
-    last = 0.0
-    calls = events = 0
+        self.arrival = np.asarray(trace.arrival, dtype=float)
+        self.duration = np.asarray(trace.duration, dtype=float)
+        self.ngpus = np.asarray(trace.gpus, dtype=np.int64)
+        self.wl = truth.ids(trace.workload)
+        self.wl_list = self.wl.tolist()
 
-    def other_on(g: int, j: int) -> int:
-        a, b = resident[g, 0], resident[g, 1]
-        return int(b) if a == j else int(a)
+        self.remaining = self.duration.copy()  # exact at anchor_t for running jobs; refreshed before a call
+        self.anchor_t = np.zeros(n)
+        self.rate = np.zeros(n)
+        self.attained = np.zeros(n)  # GPU-seconds run, exact at anchor_t for running jobs
+        self.start = np.full(n, np.nan)
+        self.finish = np.full(n, np.nan)
+        self.eff_speed = np.ones(n)  # speed the job would have alone on its GPUs, for the realized slowdown
+        self.eff_cross = np.ones(n)
+        self.version = [0] * n
+        self.status = np.zeros(n, dtype=np.int8)
+        self.job_gpus: list[list[int]] = [[] for _ in range(n)]
 
-    def job_rate(j: int) -> float:
-        w = wl_list[j]
-        best = math.inf
-        for g in job_gpus[j]:
-            o = other_on(g, j)
-            r = speed[g] if o < 0 else speed[g] / truth_p50[w, wl_list[o]]
-            if r < best:
-                best = r
-        return best / eff_cross[j]
+        self.resident = np.full((self.n_gpus, MAX_JOBS_PER_GPU), -1, dtype=np.int64)
+        self.occupancy = np.zeros(self.n_gpus, dtype=np.int64)
+        self.free_slots = MAX_JOBS_PER_GPU * self.n_gpus
+        self.busy = 0  # GPUs holding at least one job
+        self.busy_seconds = 0.0
 
-    eff_cross = np.ones(n)
+        self.state = ClusterState(
+            resident=readonly(self.resident),
+            node=readonly(self.node),
+            speed=readonly(self.speed),
+            job_remaining=readonly(self.remaining),
+            job_workload=readonly(self.wl),
+            job_ngpus=readonly(self.ngpus),
+            job_start=readonly(self.start),
+            job_work=readonly(self.duration),
+            cross_node_slowdown=self.cross,
+            slo=self.slo,
+            job_attained=readonly(self.attained),
+            job_arrival=readonly(self.arrival),
+        )
+        self.ro = {
+            k: readonly(v)
+            for k, v in (
+                ("arrival", self.arrival),
+                ("gpus", self.ngpus),
+                ("remaining", self.remaining),
+                ("wl", self.wl),
+                ("attained", self.attained),
+            )
+        }
+        self.learned: list[tuple[int, int]] = []
+        self.heap: list[tuple[float, int, int]] = []
+        self.queue = np.empty(0, dtype=np.int64)
+        self.next_arrival = 0
+        self.wake = math.inf  # when the policy asked to be called again
+        self.last = 0.0
+        self.calls = 0
+        self.events = 0
+        self.preemptions = 0
+        self.restarts = np.zeros(n, dtype=np.int64)
 
-    def set_rate(j: int, t: float) -> None:
-        remaining[j] -= rate[j] * (t - anchor_t[j])
-        anchor_t[j] = t
-        r = job_rate(j)
-        rate[j] = r
-        version[j] += 1
-        heapq.heappush(heap, (t + max(remaining[j], 0.0) / r, j, version[j]))
+    # ---- the event loop ------------------------------------------------------------------------------
+    def run(self) -> SimulationResult:
+        while True:
+            now = self._next_time()
+            if now == math.inf:
+                break
+            self.events += 1
+            self.busy_seconds += self.busy * (now - self.last)
+            self.last = now
+            affected: set[int] = set()
+            self._complete(now, affected)
+            self._arrive(now)
+            if now >= self.wake:
+                self.wake = math.inf
+            placed = self._schedule(now, affected) if self._may_schedule(now) else False
+            for j in sorted(affected):
+                if self.status[j] == _RUNNING:
+                    self._set_rate(j, now)
+            if self.learned:
+                self.view = _learn(self.view, self.truth, self.learned)
+                self.learned.clear()
+            if not placed:
+                self._check_progress()
+        return self._result()
 
-    while True:
-        t_arr = arrival[next_arrival] if next_arrival < n else math.inf
+    def _prune(self) -> None:
+        heap, version = self.heap, self.version
         while heap and heap[0][2] != version[heap[0][1]]:
             heapq.heappop(heap)
-        t_done = heap[0][0] if heap else math.inf
-        now = min(t_arr, t_done)
-        if now == math.inf:
-            break
-        events += 1
-        busy_seconds += busy * (now - last)
-        last = now
-        affected: set[int] = set()
-        # Completions due now (a tolerance absorbs float error in remaining / rate).
+
+    def _waiting_work(self) -> bool:
+        """Whether a policy call now could start something: jobs wait and a slot is free (or it preempts)."""
+        return bool(self.queue.shape[0]) and (self.free_slots > 0 or self.preemptive)
+
+    def _next_round(self) -> float:
+        """The next round boundary at or after the last event, while work waits; inf otherwise."""
+        if self.round_s is None or not self._waiting_work():
+            return math.inf
+        k = math.ceil(self.last / self.round_s - 1e-12)
+        t = k * self.round_s
+        return t if t > self.last or self.events == 0 else (k + 1) * self.round_s
+
+    def _next_time(self) -> float:
+        t_arr = self.arrival[self.next_arrival] if self.next_arrival < self.n else math.inf
+        self._prune()
+        t_done = self.heap[0][0] if self.heap else math.inf
+        return min(t_arr, t_done, self.wake, self._next_round())
+
+    def _may_schedule(self, now: float) -> bool:
+        if self.round_s is None:
+            return True
+        k = round(now / self.round_s)
+        return abs(now - k * self.round_s) <= 1e-9 * max(1.0, now)
+
+    def _complete(self, now: float, affected: set[int]) -> None:
+        """Finish the jobs due now (a tolerance absorbs float error in remaining / rate); free their slots."""
+        heap, version = self.heap, self.version
         tol = 1e-9 * max(1.0, abs(now))
         while heap and heap[0][0] <= now + tol:
             _, j, v = heapq.heappop(heap)
             if v != version[j]:
                 continue
-            status[j] = _DONE
-            finish[j] = now
-            remaining[j] = 0.0
-            rate[j] = 0.0
+            self.status[j] = _DONE
+            self.finish[j] = now
+            self.attained[j] += self.ngpus[j] * (now - self.anchor_t[j])
+            self.remaining[j] = 0.0
+            self.rate[j] = 0.0
             version[j] += 1
             affected.discard(j)
-            for g in job_gpus[j]:
-                if resident[g, 0] == j:
-                    resident[g, 0] = resident[g, 1]
-                resident[g, 1] = -1
-                occupancy[g] -= 1
-                free_slots += 1
-                if occupancy[g] == 0:
-                    busy -= 1
-                else:
-                    affected.add(int(resident[g, 0]))
-        # Arrivals due now.
-        first = next_arrival
-        while next_arrival < n and arrival[next_arrival] <= now:
-            next_arrival += 1
-        if next_arrival > first:
-            status[first:next_arrival] = _QUEUED
-            queue = np.concatenate([queue, np.arange(first, next_arrival)])
-        placed_any = False
-        if queue.shape[0] and free_slots:
-            res = resident[resident >= 0]
-            remaining[res] -= rate[res] * (now - anchor_t[res])
-            anchor_t[res] = now
-            q = Queue(
-                job=readonly(queue),
-                arrival=ro["arrival"][queue],
-                gpus=ro["gpus"][queue],
-                remaining=ro["remaining"][queue],
-                workload=ro["wl"][queue],
+            self._vacate(j, affected)
+
+    def _vacate(self, j: int, affected: set[int]) -> None:
+        """Take job ``j`` off its GPUs; a partner left alone there changes rate."""
+        resident, occupancy = self.resident, self.occupancy
+        for g in self.job_gpus[j]:
+            if resident[g, 0] == j:
+                resident[g, 0] = resident[g, 1]
+            resident[g, 1] = -1
+            occupancy[g] -= 1
+            self.free_slots += 1
+            if occupancy[g] == 0:
+                self.busy -= 1
+            else:
+                affected.add(int(resident[g, 0]))
+        self.job_gpus[j] = []
+
+    def _arrive(self, now: float) -> None:
+        first = self.next_arrival
+        while self.next_arrival < self.n and self.arrival[self.next_arrival] <= now:
+            self.next_arrival += 1
+        if self.next_arrival > first:
+            self.status[first : self.next_arrival] = _QUEUED
+            self.queue = np.concatenate([self.queue, np.arange(first, self.next_arrival)])
+
+    def _refresh(self, now: float) -> None:
+        """Bring the remaining work and attained service of every running job up to ``now``."""
+        # A multi-GPU job appears once per GPU; fancy-index updates apply once per index, so no dedup needed.
+        res = self.resident[self.resident >= 0]
+        dt = now - self.anchor_t[res]
+        self.remaining[res] -= self.rate[res] * dt
+        self.attained[res] += self.ngpus[res] * dt
+        self.anchor_t[res] = now
+
+    def _schedule(self, now: float, affected: set[int]) -> bool:
+        """Show the policy the queue and the cluster; apply its decision. Return whether it started any job."""
+        if not self._waiting_work():
+            return False
+        self._refresh(now)
+        queue = self.queue
+        q = self._queue_view(queue)
+        self.calls += 1
+        decision = as_decision(self.policy(q, self.state, self.view, now))
+        if decision.wake_at < math.inf:
+            self.wake = max(float(decision.wake_at), now)
+        stopped = [self._preempt(int(j), now, affected) for j in decision.preempt]
+        if stopped:
+            queue = self.queue = np.sort(np.concatenate([queue, np.array(stopped, dtype=np.int64)]))
+            q = self._queue_view(queue)
+        if not decision.start:
+            return bool(stopped)
+        if self.validate:
+            check_placements(decision.start, q, self.state, self.view, self.name)
+        for p in decision.start:
+            self._start(p, now, affected)
+        self.queue = queue[self.status[queue] == _QUEUED]
+        return True
+
+    def _queue_view(self, queue: np.ndarray) -> Queue:
+        ro = self.ro
+        return Queue(
+            job=readonly(queue),
+            arrival=ro["arrival"][queue],
+            gpus=ro["gpus"][queue],
+            remaining=ro["remaining"][queue],
+            workload=ro["wl"][queue],
+            attained=ro["attained"][queue],
+        )
+
+    def _preempt(self, j: int, now: float, affected: set[int]) -> int:
+        """Stop running job ``j`` now: it keeps its progress and returns to the queue."""
+        if self.status[j] != _RUNNING:
+            raise InvalidPlacementError(f"policy {self.name!r} preempted job {j}, which is not running")
+        self.status[j] = _QUEUED
+        self.rate[j] = 0.0
+        self.version[j] += 1
+        affected.discard(j)
+        self._vacate(j, affected)
+        self.preemptions += 1
+        return j
+
+    def _start(self, p, now: float, affected: set[int]) -> int:
+        """Put job ``p.job`` on ``p.gpus`` now; its partners' rates change with it."""
+        j = int(p.job)
+        gs = [int(g) for g in p.gpus]
+        if not self.validate and self.status[j] != _QUEUED:
+            raise InvalidPlacementError(f"policy {self.name!r} placed job {j}, which is not queued")
+        if self.status[j] == _QUEUED and math.isfinite(self.start[j]):  # a restart after preemption
+            self.remaining[j] += self.preempt_delay
+            self.restarts[j] += 1
+        else:
+            self.start[j] = now
+        self.status[j] = _RUNNING
+        self.anchor_t[j] = now
+        self.job_gpus[j] = gs
+        resident, occupancy = self.resident, self.occupancy
+        for g in gs:
+            slot = occupancy[g]
+            if slot == 0:
+                self.busy += 1
+            else:
+                affected.add(int(resident[g, 0]))
+                if self.observe:
+                    self.learned.append((self.wl_list[j], self.wl_list[int(resident[g, 0])]))
+            resident[g, slot] = j
+            occupancy[g] = slot + 1
+            self.free_slots -= 1
+        sp = self.speed[gs].min()
+        spans = len({int(self.node[g]) for g in gs}) > 1
+        self.eff_cross[j] = self.cross if spans else 1.0
+        self.eff_speed[j] = sp / self.eff_cross[j]
+        affected.add(j)
+        return j
+
+    def _job_rate(self, j: int) -> float:
+        """Progress per second of job ``j``: its slowest GPU's speed over its slowdown there."""
+        w = self.wl_list[j]
+        resident, speed, truth_p50, wl_list = self.resident, self.speed, self.truth_p50, self.wl_list
+        best = math.inf
+        for g in self.job_gpus[j]:
+            a, b = resident[g, 0], resident[g, 1]
+            o = int(b) if a == j else int(a)
+            r = speed[g] if o < 0 else speed[g] / truth_p50[w, wl_list[o]]
+            if r < best:
+                best = r
+        return best / self.eff_cross[j]
+
+    def _set_rate(self, j: int, t: float) -> None:
+        dt = t - self.anchor_t[j]
+        self.remaining[j] -= self.rate[j] * dt
+        self.attained[j] += self.ngpus[j] * dt
+        self.anchor_t[j] = t
+        r = self._job_rate(j)
+        self.rate[j] = r
+        self.version[j] += 1
+        heapq.heappush(self.heap, (t + max(self.remaining[j], 0.0) / r, j, self.version[j]))
+
+    def _check_progress(self) -> None:
+        """Refuse a run that can never end: jobs wait on an idle cluster with nothing left to happen."""
+        if not self.queue.shape[0] or self.next_arrival < self.n or self.wake < math.inf:
+            return
+        if self._next_round() < math.inf and self.free_slots:
+            return  # the next round boundary will call the policy
+        self._prune()
+        if not self.heap:
+            raise InvalidPlacementError(
+                f"policy {self.name!r} left {self.queue.shape[0]} job(s) waiting on an idle cluster with no "
+                f"arrivals left (first: trace line {int(self.trace.line[self.queue[0]])}); it would never "
+                "finish"
             )
-            calls += 1
-            placements = policy(q, state, view, now)
-            if placements:
-                if validate:
-                    check_placements(placements, q, state, view, name)
-                placed_any = True
-                done_jobs = []
-                for p in placements:
-                    j = int(p.job)
-                    gs = [int(g) for g in p.gpus]
-                    if not validate and status[j] != _QUEUED:
-                        raise InvalidPlacementError(f"policy {name!r} placed job {j}, which is not queued")
-                    status[j] = _RUNNING
-                    start[j] = now
-                    anchor_t[j] = now
-                    job_gpus[j] = gs
-                    done_jobs.append(j)
-                    for g in gs:
-                        slot = occupancy[g]
-                        if slot == 0:
-                            busy += 1
-                        else:
-                            affected.add(int(resident[g, 0]))
-                            if observe:
-                                learned.append((wl_list[j], wl_list[int(resident[g, 0])]))
-                        resident[g, slot] = j
-                        occupancy[g] = slot + 1
-                        free_slots -= 1
-                    sp = speed[gs].min()
-                    spans = len({int(node[g]) for g in gs}) > 1
-                    eff_cross[j] = cross if spans else 1.0
-                    eff_speed[j] = sp / eff_cross[j]
-                    affected.add(j)
-                placed = np.sort(np.array(done_jobs, dtype=np.int64))
-                queue = queue[~np.isin(queue, placed, assume_unique=True)]
-        for j in sorted(affected):
-            if status[j] == _RUNNING:
-                set_rate(j, now)
-        if learned:
-            view = _learn(view, truth, learned)
-            learned.clear()
-        if not placed_any and queue.shape[0] and next_arrival >= n:
-            while heap and heap[0][2] != version[heap[0][1]]:
-                heapq.heappop(heap)
-            if not heap:
-                raise InvalidPlacementError(
-                    f"policy {name!r} left {queue.shape[0]} job(s) waiting on an idle cluster with no "
-                    f"arrivals left (first: trace line {int(trace.line[queue[0]])}); it would never finish"
-                )
-    realized = (finish - start) * eff_speed / duration
-    result = SimulationResult(
-        policy=name,
-        arrival=arrival,
-        duration=duration,
-        start=start,
-        finish=finish,
-        realized_slowdown=realized,
-        busy_gpu_seconds=busy_seconds,
-        n_gpus=n_gpus,
-        slo=slo,
-        wall_s=time.perf_counter() - t0,
-        policy_calls=calls,
-        events=events,
-    )
-    result.metrics = result.compute_metrics()
-    return result
+
+    def _result(self) -> SimulationResult:
+        realized = (self.finish - self.start) * self.eff_speed / self.duration
+        result = SimulationResult(
+            policy=self.name,
+            arrival=self.arrival,
+            duration=self.duration,
+            start=self.start,
+            finish=self.finish,
+            realized_slowdown=realized,
+            busy_gpu_seconds=self.busy_seconds,
+            n_gpus=self.n_gpus,
+            slo=self.slo,
+            wall_s=time.perf_counter() - self.began,
+            policy_calls=self.calls,
+            events=self.events,
+            preemptions=self.preemptions,
+        )
+        result.metrics = result.compute_metrics()
+        return result
 
 
 def _learn(view: SlowdownTable, truth: SlowdownTable, pairs: list[tuple[int, int]]) -> SlowdownTable:
     """Return ``view`` with the measured slowdowns of ``pairs`` (workload ids, both directions)."""
-    a = np.array([p[0] for p in pairs] + [p[1] for p in pairs])
-    b = np.array([p[1] for p in pairs] + [p[0] for p in pairs])
+    a, b = both_orders(np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs]))
     if np.all(view.p50[a, b] == truth.p50[a, b]) and np.all(view.p90[a, b] == truth.p50[a, b]):
         return view
     arrays = [q.copy() for q in (view.p10, view.p50, view.p90)]

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
+from sharewise.datasets.pair import both_orders
 from sharewise.datasets.schema import PREDICTION_COLUMNS
 from sharewise.errors import ConfigError, DatasetError, SchemaError, UnknownWorkloadError
 
@@ -154,9 +155,8 @@ class SlowdownTable:
         oa = oom["workload_a"].map(index).to_numpy()
         ob = oom["workload_b"].map(index).to_numpy()
         keep = ~(pd.isna(oa) | pd.isna(ob))
-        oa, ob = oa[keep].astype(np.int64), ob[keep].astype(np.int64)
+        oa, ob = both_orders(oa[keep].astype(np.int64), ob[keep].astype(np.int64))
         allowed[oa, ob] = False
-        allowed[ob, oa] = False
         return cls(names, mean, mean, mean, allowed, device_name=device, source="measured")
 
     @classmethod
@@ -228,9 +228,8 @@ def _names(workloads: Sequence[str] | None, *columns: pd.Series) -> list[str]:
 def _accumulate(
     n: int, a: np.ndarray, b: np.ndarray, va: np.ndarray, vb: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    rows = np.concatenate([a, b])
-    cols = np.concatenate([b, a])
-    vals = np.concatenate([va, vb])
+    """Sum and count, per (self, partner) cell, the values of pairs ``(a, b)`` in both directions."""
+    rows, cols, vals = both_orders(a, b, (va, vb))
     good = np.isfinite(vals) & (vals > 0)
     total = np.zeros((n, n))
     count = np.zeros((n, n))

@@ -7,32 +7,22 @@ import pandas as pd
 
 from sharewise.datasets.schema import PREDICTION_COLUMNS
 from sharewise.errors import ConfigError, DatasetError
-from sharewise.predictor.evaluation import GROUP_BY, row_groups
-from sharewise.predictor.features import (
-    PARTNER_EFFECT,
-    PairRows,
-    base_columns,
-    base_columns_of_model,
-    job_rates,
-    lookup_partner_effect,
-    ordered_rows,
-    pair_feature_matrix_indexed,
-    pair_indices,
-    prepare_rows,
-    profile_matrix,
-    reference_matrix,
-    with_reference,
-)
+from sharewise.predictor.choices import GROUP_BY
+from sharewise.predictor.conformal import calibrate_rows
+from sharewise.predictor.evaluation import row_groups
+from sharewise.predictor.featurizer import PairFeaturizer
 from sharewise.predictor.model import OFFSET_TERM, SlowdownRegressor
+from sharewise.predictor.pair_features import PairRows, base_columns, base_columns_of_model
+from sharewise.predictor.profile_join import ordered_rows, pair_indices
+from sharewise.predictor.shift import shift_log_quantiles
 
 
 def training_summary(rows: PairRows, profiles: pd.DataFrame) -> dict:
     """Describe what a model is trained on, for its sidecar.
 
     Example: ``{"pairs": 976, "devices": ["k80", "p100"], "workloads": ["A3C", ...], "families": [...],
-    "base_features": ["iter_time_ms", "f_flops_per_step"], "device_reference": {"flop_rate": {"k80":
-    1.5e12, ...}, ...}}`` (``rows`` is added by ``fit``). ``device_reference`` is fitted state: the scale
-    of the share features, which ``predict_pairs`` reuses.
+    "base_features": ["iter_time_ms", "f_flops_per_step"], "profile_columns": [...]}`` (``rows`` is added
+    by ``fit``). The fitted feature state is not here but in the model's ``featurizer_``.
     """
     meta = rows.meta
     return {
@@ -42,7 +32,6 @@ def training_summary(rows: PairRows, profiles: pd.DataFrame) -> dict:
         "families": sorted(set(meta["self_family"].astype(str))),
         "base_features": base_columns_of_model(rows.X.columns),
         "profile_columns": base_columns(profiles),
-        "device_reference": rows.reference,
     }
 
 
@@ -60,51 +49,40 @@ def train_model(
     profiles, pairs : DataFrame
         Profiles and pairs tables (``sharewise.datasets.read_datasets``).
     features : {"physical", "all"}
-        Feature set (``features.select_base``).
+        Feature set (``PairFeaturizer``).
     partner_effect : bool
-        Add each partner's measured effect on the selves it was paired with (``features.PARTNER_EFFECT``).
+        Add each partner's measured effect on the selves it was paired with (``PARTNER_EFFECT``).
     **params
         ``SlowdownRegressor`` parameters, e.g. ``n_estimators=300``.
 
     Returns
     -------
     SlowdownRegressor
-        Fitted; ``training_summary_`` says on what, and holds the fitted feature state (device
-        references, partner effects) that ``predict_pairs`` reuses.
+        Fitted; ``training_summary_`` says on what, and ``featurizer_`` holds the fitted feature state
+        (device references, partner effects) that prediction reuses.
     """
     rows = ordered_rows(profiles, pairs, features=features)
-    rows, state = prepare_rows(rows, np.arange(len(rows.y)), features, partner_effect)
-    summary = {**training_summary(rows, profiles), **state, "feature_set": features}
-    return SlowdownRegressor(**params).fit(rows.X, rows.y, summary=summary)
+    featurizer = PairFeaturizer(features=features, partner_effect=partner_effect)
+    X = featurizer.fit_transform(rows)
+    summary = training_summary(rows, profiles)
+    return SlowdownRegressor(**params).fit(X, rows.y, summary=summary, featurizer=featurizer)
 
 
-def model_reference(model: SlowdownRegressor) -> dict:
-    """Return the device references a model was trained with (empty for a model fitted on bare arrays)."""
-    return dict(getattr(model, "training_summary_", {}).get("device_reference", {}) or {})
+def model_featurizer(model: SlowdownRegressor) -> PairFeaturizer:
+    """Return the featurizer that builds ``model``'s features: its fitted ``featurizer_``, or for a model
+    fitted on a bare feature frame one without fitted state (``PairFeaturizer.from_feature_names``)."""
+    model._check_fitted()
+    featurizer = getattr(model, "featurizer_", None)
+    return featurizer if featurizer is not None else PairFeaturizer.from_feature_names(model.feature_names_in_)
 
 
 def model_rows(
     model: SlowdownRegressor, profiles: pd.DataFrame, pairs: pd.DataFrame, with_target: bool = False
 ) -> PairRows:
-    """Return the ordered rows of ``pairs`` featurized for ``model``: its base columns, its device
-    references and, if it uses them, its partner effects; ``rows.X`` goes straight into ``model.predict``.
+    """Return the ordered rows of ``pairs`` featurized for ``model`` (``PairFeaturizer.featurize_pairs``);
+    ``rows.X`` goes straight into ``model.predict``.
     """
-    model._check_fitted()
-    base = base_columns_of_model(model.feature_names_in_)
-    rows = ordered_rows(profiles, pairs, base=base, with_target=with_target, reference=model_reference(model))
-    if _uses_partner_effect(model):
-        X = rows.X.assign(**{PARTNER_EFFECT: _partner_effects(model, rows.meta)})
-        rows = PairRows(X=X, y=rows.y, meta=rows.meta, reference=rows.reference)
-    return rows
-
-
-def _uses_partner_effect(model: SlowdownRegressor) -> bool:
-    return bool(len(model.feature_names_in_)) and model.feature_names_in_[-1] == PARTNER_EFFECT
-
-
-def _partner_effects(model: SlowdownRegressor, meta: pd.DataFrame) -> np.ndarray:
-    table = getattr(model, "training_summary_", {}).get("partner_effect", {}) or {}
-    return lookup_partner_effect(table, meta)
+    return model_featurizer(model).featurize_pairs(profiles, pairs, with_target=with_target)
 
 
 def predict_pairs(model: SlowdownRegressor, profiles: pd.DataFrame, pairs: pd.DataFrame) -> pd.DataFrame:
@@ -129,27 +107,19 @@ def predict_pairs(model: SlowdownRegressor, profiles: pd.DataFrame, pairs: pd.Da
             workload_a  workload_b  device_name  p10_a  p50_a  p90_a  p10_b  p50_b  p90_b
             resnet18    lstm_lm     cpu          1.31   1.52   1.80   1.10   1.24   1.45
     """
-    model._check_fitted()
-    base = base_columns_of_model(model.feature_names_in_)
+    featurizer = model_featurizer(model)
     profiles = profiles.reset_index(drop=True)
     pairs = pairs.reset_index(drop=True)
     ia, ib = pair_indices(profiles, pairs)
-    matrix = profile_matrix(profiles, base)
-    devices = profiles["device_name"].astype(str).to_numpy(dtype=object)
-    reference = reference_matrix(model_reference(model), devices, job_rates(matrix, base))
     n = len(pairs)
     # A scheduler asks about many pairs among few jobs: predict each distinct (self, partner) profile pair
     # once and gather, which is exact because the features depend on the two profiles only.
     unique, inverse = _distinct_pairs(np.concatenate([ia, ib]), np.concatenate([ib, ia]), len(profiles))
     i_self, i_partner = np.divmod(unique, max(len(profiles), 1))
-    effect = None
-    if _uses_partner_effect(model):
-        effect = _partner_effects(
-            model, pd.DataFrame({"device_name": devices, "partner_workload": profiles["workload"]})
-        )
-    X = pair_feature_matrix_indexed(matrix, i_self, i_partner, base, reference, effect)
-    q = model.predict_matrix(X)
+    q = model.predict_matrix(featurizer.transform_indexed(profiles, i_self, i_partner))
     q = np.ascontiguousarray(q[:, [0, q.shape[1] // 2, q.shape[1] - 1]])
+    if getattr(model, "shift_", None) is not None:  # workloads with measured pairs of their own
+        q = np.exp(shift_log_quantiles(model, np.log(q), _profile_pair_meta(profiles, i_self, i_partner)))
     # One float block (p10_a ... p90_b) gathered row-wise from the distinct predictions, then the name
     # columns, taken from the input as they are: no per-row conversion for a million pairs.
     block = np.empty((n, 6))
@@ -159,11 +129,20 @@ def predict_pairs(model: SlowdownRegressor, profiles: pd.DataFrame, pairs: pd.Da
     out.insert(0, "device_name", (
         pairs["device_name"].astype(str)
         if "device_name" in pairs.columns
-        else pd.Series(devices[ia], index=pairs.index).astype(str)
+        else pd.Series(profiles["device_name"].astype(str).to_numpy(dtype=object)[ia], index=pairs.index)
     ))
     out.insert(0, "workload_b", pairs["workload_b"].astype(str))
     out.insert(0, "workload_a", pairs["workload_a"].astype(str))
     return out
+
+
+def _profile_pair_meta(profiles: pd.DataFrame, i_self: np.ndarray, i_partner: np.ndarray) -> pd.DataFrame:
+    """Row identity (``self_workload, partner_workload, device_name``) of (self, partner) profile positions."""
+    names = profiles["workload"].astype(str).to_numpy(dtype=object)
+    devices = profiles["device_name"].astype(str).to_numpy(dtype=object)
+    return pd.DataFrame(
+        {"self_workload": names[i_self], "partner_workload": names[i_partner], "device_name": devices[i_self]}
+    )
 
 
 # Up to this many possible (self, partner) profile pairs, distinct pairs are found with a lookup table
@@ -214,6 +193,7 @@ def out_of_fold_predictions(
     features: str = "physical",
     partner_effect: bool | None = None,
     holdout: str = "pair",
+    calibrate: bool = False,
     **params,
 ) -> pd.DataFrame:
     """Predict every candidate pair with models that never saw the held-out group(s).
@@ -239,13 +219,18 @@ def out_of_fold_predictions(
         Pairs to predict (``workload_a, workload_b`` and optionally ``device_name``, ``mode``); default the
         measured ``ok`` pairs.
     features : {"physical", "all"}
-        Feature set (``features.select_base``).
+        Feature set (``PairFeaturizer``).
     partner_effect : bool, optional
         Add each partner's measured effect, from that model's training rows only. Default: on for
         ``holdout="self"``; off for ``"pair"``, where every partner is held out and the feature would be
         missing on every row a model predicts.
     holdout : {"pair", "self"}
         Whether a model excludes the groups of both workloads or only of the predicted job (see above).
+    calibrate : bool
+        Conformally calibrate each model's p10/p90 on grouped out-of-fold residuals of its own training rows
+        (``conformal.calibrate_rows``, the held-out groups excluded), so the intervals a policy's SLO check
+        reads cover about 80% of unseen workloads' slowdowns. Off by default: it adds about ``k`` fits per
+        model, shared across models through one cache.
     **params
         ``SlowdownRegressor`` parameters.
 
@@ -282,6 +267,7 @@ def out_of_fold_predictions(
         for i, g in enumerate(np.concatenate([cand_a, cand_b])):
             by_key.setdefault((g,), []).append(i)
     q = np.full((2 * n, 3), np.nan)
+    cache: dict = {}
     for key, members in by_key.items():  # first-seen order, so the output is deterministic
         held = set(key)
         use = ~(np.isin(train_self, list(held)) | np.isin(train_partner, list(held)))
@@ -292,14 +278,16 @@ def out_of_fold_predictions(
                 "pairs among other workloads or use a finer group_by"
             )
         # Each model has its own feature state (device references, partner effects) from its own rows.
-        fit_rows, state = prepare_rows(train, np.flatnonzero(use), features, partner_effect)
-        model = SlowdownRegressor(**params).fit(fit_rows.X[use], train.y[use])
+        featurizer = PairFeaturizer(features=features, partner_effect=partner_effect)
+        fit_rows = train.take(np.flatnonzero(use))
+        X_fit = featurizer.fit_transform(fit_rows)
+        model = SlowdownRegressor(**params).fit(X_fit, fit_rows.y, featurizer=featurizer)
+        if calibrate:
+            model.calibration_ = calibrate_rows(
+                train, group_by, features, partner_effect, exclude=held, cache=cache, levels=(0,), **params
+            )
         rows = np.asarray(members)
-        X = with_reference(cand, state["device_reference"]).X.iloc[rows]
-        if partner_effect:
-            effect = lookup_partner_effect(state["partner_effect"], cand.meta.iloc[rows])
-            X = X.assign(**{PARTNER_EFFECT: effect})
-        pred = model.predict_quantiles(X)
+        pred = model.predict_quantiles(featurizer.transform(cand).iloc[rows])
         q[rows] = pred[:, [0, pred.shape[1] // 2, pred.shape[1] - 1]]
     return _pair_table(cand, q)
 
@@ -344,7 +332,7 @@ def explain_pair(
     pair = pd.DataFrame({"workload_a": [workload_a], "workload_b": [workload_b], "device_name": device_name})
     rows = model_rows(model, profiles, pair)
     q = model.predict_quantiles(rows.X)
-    q = q[:, [0, q.shape[1] // 2, q.shape[1] - 1]]
+    q = np.exp(shift_log_quantiles(model, np.log(q[:, [0, q.shape[1] // 2, q.shape[1] - 1]]), rows.meta))
     out: dict = {"device_name": device_name}
     for side, i, (me, other) in (("a", 0, (workload_a, workload_b)), ("b", 1, (workload_b, workload_a))):
         contrib = model.explain(rows.X.iloc[[i]])

@@ -7,15 +7,17 @@ each number answers the user's question "how slow will a new model run next to m
 directions of a held-out pair are scored (each in the fold of its own self), so the "is sharing worth it"
 decision, which needs both slowdowns, is scored on every pair.
 
-Everything fitted is fitted per fold on the training rows only: the model, the baselines, and the device
-references that the share features divide by (``features.rows_reference``). With ``tune=True`` the model's
-parameters are chosen per fold too, by an inner grouped cross-validation over the fold's training groups
-only (``select_params``), so no held-out group informs any choice made for it.
+Everything fitted is fitted per fold on the training rows only: the model, the baselines, and the feature
+state (``PairFeaturizer``: the device references of the share features, the partner effects). With
+``tune=True`` the model's parameters are chosen per fold too, by an inner grouped cross-validation over
+the fold's training groups only (``select_params``), so no held-out group informs any choice made for it.
+The p10/p90 of each fold's model are calibrated by conformal prediction on grouped out-of-fold residuals of
+that fold's training rows (``conformal.calibrate_rows``), so the reported coverage is that of intervals
+for workloads the calibration never saw either.
 """
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -23,15 +25,14 @@ import numpy as np
 import pandas as pd
 
 from sharewise.errors import ConfigError
-from sharewise.predictor.features import (
-    PairRows,
-    job_flop_rate,
-    ordered_rows,
-    prepare_rows,
-)
+from sharewise.predictor.baselines import BASELINES, unusable_reason
+from sharewise.predictor.choices import GROUP_BY
+from sharewise.predictor.conformal import calibrate_rows
+from sharewise.predictor.featurizer import PairFeaturizer
 from sharewise.predictor.model import SlowdownRegressor
+from sharewise.predictor.pair_features import PairRows
+from sharewise.predictor.profile_join import ordered_rows
 
-GROUP_BY = ("workload", "family", "device")
 RANDOM_SPLIT_FOLDS = 5
 
 #: Candidates of the nested selection (``select_params``), fixed before any evaluation: the feature set,
@@ -42,7 +43,7 @@ TUNING_GRID: dict[str, tuple] = {
     "max_depth": (2, 3),
     "min_child_weight": (10.0, 50.0),
 }
-#: Keys of a parameter set that configure the feature pipeline (``prepare_rows``), not the regressor.
+#: Keys of a parameter set that configure the featurizer (``PairFeaturizer``), not the regressor.
 PIPELINE_KEYS = ("features", "partner_effect")
 #: Pulls toward the training median tried on the inner out-of-fold predictions (no refit needed).
 TUNING_PRIOR_WEIGHTS = (0.0, 0.25, 0.5)
@@ -147,108 +148,6 @@ def _decision_accuracy(y: np.ndarray, p: np.ndarray, pair_id: np.ndarray) -> flo
     return float(((both["y"] > 1) == (both["p"] > 1)).mean() * 100)
 
 
-# ---- baselines ------------------------------------------------------------------------------------------
-
-
-class MedianBaseline:
-    """Predict the median slowdown of the training rows for every row."""
-
-    def fit(self, X: pd.DataFrame, y: np.ndarray, meta: pd.DataFrame) -> MedianBaseline:
-        self.value_ = float(np.median(y))
-        return self
-
-    def predict(self, X: pd.DataFrame, meta: pd.DataFrame) -> np.ndarray:
-        return np.full(len(X), self.value_)
-
-
-class LinearBaseline:
-    """Ridge regression of log slowdown on the same pair features (signed log, median-imputed, scaled).
-
-    Predictions are clipped to the training range of log slowdown: a linear model extrapolates without
-    bound to an unseen workload, and a clip is what anyone would do before using it.
-    """
-
-    def fit(self, X: pd.DataFrame, y: np.ndarray, meta: pd.DataFrame) -> LinearBaseline:
-        from sklearn.impute import SimpleImputer
-        from sklearn.linear_model import Ridge
-        from sklearn.pipeline import make_pipeline
-        from sklearn.preprocessing import FunctionTransformer, StandardScaler
-
-        self.pipe_ = make_pipeline(
-            FunctionTransformer(_signed_log),
-            SimpleImputer(strategy="median", add_indicator=True),
-            StandardScaler(),
-            Ridge(alpha=1.0),
-        )
-        target = np.log(y)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # all-NaN columns are dropped by the imputer, by design
-            self.pipe_.fit(X.to_numpy(dtype=np.float64), target)
-        self.range_ = (float(target.min()), float(target.max()))
-        return self
-
-    def predict(self, X: pd.DataFrame, meta: pd.DataFrame) -> np.ndarray:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            raw = self.pipe_.predict(X.to_numpy(dtype=np.float64))
-        return np.exp(np.clip(raw, *self.range_))
-
-
-class UtilSumBaseline:
-    """Heuristic: slowdown = max(1, u_self + u_partner), where u is the share of the device a job uses alone.
-
-    u is the busy fraction when measured, else the NVML SM utilization, else the job's FLOP rate over the
-    highest FLOP rate seen on that device in training, else 1 (a job that needs the whole device, so two
-    of them take turns: slowdown 2).
-    """
-
-    def fit(self, X: pd.DataFrame, y: np.ndarray, meta: pd.DataFrame) -> UtilSumBaseline:
-        rate = _flop_rate(X, "self_")
-        frame = pd.DataFrame({"device": meta["device_name"].to_numpy(), "rate": rate})
-        self.rate_max_ = frame.groupby("device")["rate"].max().to_dict()
-        return self
-
-    def _util(self, X: pd.DataFrame, meta: pd.DataFrame, prefix: str) -> np.ndarray:
-        u = np.full(len(X), np.nan)
-        if f"{prefix}f_busy_frac" in X:
-            u = X[f"{prefix}f_busy_frac"].to_numpy(dtype=np.float64)
-        nvml = sorted(
-            (c for c in X.columns if c.startswith(f"{prefix}f_nvml_") and "sm_util" in c),
-            key=lambda c: not c.endswith("_mean"),  # the mean first, tail percentiles only as a fallback
-        )
-        for col in nvml:
-            u = np.where(np.isnan(u), X[col].to_numpy(dtype=np.float64) / 100.0, u)
-        peak = meta["device_name"].map(self.rate_max_).to_numpy(dtype=np.float64)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            relative = _flop_rate(X, prefix) / peak
-        u = np.where(np.isnan(u), relative, u)
-        return np.clip(np.where(np.isnan(u), 1.0, u), 0.0, 1.0)
-
-    def predict(self, X: pd.DataFrame, meta: pd.DataFrame) -> np.ndarray:
-        return np.maximum(1.0, self._util(X, meta, "self_") + self._util(X, meta, "partner_"))
-
-
-def _flop_rate(X: pd.DataFrame, prefix: str) -> np.ndarray:
-    # Same definition as the pair feature, on the self_/partner_ columns of a feature frame.
-    base = [c[len(prefix) :] for c in X.columns if c.startswith(prefix)]
-    values = X[[prefix + c for c in base]].to_numpy(dtype=np.float64)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return job_flop_rate(values, {c: i for i, c in enumerate(base)})
-
-
-def _signed_log(values: np.ndarray) -> np.ndarray:
-    # Byte counts and FLOP rates span ten orders of magnitude; a linear model needs them on a log scale.
-    return np.sign(values) * np.log1p(np.abs(values))
-
-
-# One registry: the evaluate table, the JSON keys and the tests all read it.
-BASELINES: dict[str, Callable[[], object]] = {
-    "median": MedianBaseline,
-    "linear": LinearBaseline,
-    "util_sum": UtilSumBaseline,
-}
-
-
 # ---- cross-validation -----------------------------------------------------------------------------------
 
 
@@ -257,13 +156,16 @@ class CVResult:
     """Out-of-fold predictions of the model and the baselines for every scored ordered row.
 
     ``rows`` has the row identity (``self_workload, partner_workload, device_name, self_family, ...``),
-    ``group``, ``measured``, ``p10, p50, p90`` and one ``pred_<baseline>`` column per baseline.
+    ``group``, ``measured``, ``p10, p50, p90`` (calibrated), ``p10_uncalibrated, p90_uncalibrated`` and one
+    ``pred_<baseline>`` column per baseline; ``unusable`` maps a baseline that could not run on these
+    features to why (its column is NaN).
     """
 
     group_by: str
     rows: pd.DataFrame
     folds: list[dict] = field(default_factory=list)
     random_split: dict | None = None
+    unusable: dict[str, str] = field(default_factory=dict)
 
 
 def cross_validate(
@@ -274,6 +176,7 @@ def cross_validate(
     features: str = "physical",
     partner_effect: bool = True,
     tune: bool = False,
+    calibrate: bool = True,
     **params,
 ) -> CVResult:
     """Run grouped cross-validation of ``SlowdownRegressor(**params)`` and the baselines on ordered rows.
@@ -281,11 +184,12 @@ def cross_validate(
     ``baselines`` maps a name to a factory of an object with ``fit(X, y, meta)`` and ``predict(X, meta)``;
     default ``BASELINES``; they see the pair features of feature set ``features`` (device shares fitted
     on the fold's training rows, no partner effect; ``X`` keeps the row labels of ``data.X``). The model sees
-    ``prepare_rows(..., features, partner_effect)`` fitted on the fold's training rows. With ``tune``
+    the features of ``PairFeaturizer(features, partner_effect)`` fitted on the fold's training rows. With ``tune``
     the model's pipeline and tree parameters are chosen per fold by ``select_params`` on that fold's
-    training rows (``params`` fix the rest). With ``random_split`` the model is also scored on a random
-    5-fold split over pairs (both directions of a pair in the same fold), which is optimistic: the test
-    workloads were seen.
+    training rows (``params`` fix the rest). With ``calibrate`` (default) each fold's p10/p90 are conformally
+    calibrated on its training rows alone (``conformal.calibrate_rows``, grouped by ``group_by``). With
+    ``random_split`` the model is also scored on a random 5-fold split over pairs (both directions of a pair
+    in the same fold), which is optimistic: the test workloads were seen.
     """
     baselines = BASELINES if baselines is None else baselines
     if data.y is None:
@@ -293,7 +197,11 @@ def cross_validate(
     folds = grouped_folds(data.meta, group_by)
     n = len(data.y)
     preds = np.full((n, 3), np.nan)
+    raw = np.full((n, 2), np.nan)
     base_preds = {name: np.full(n, np.nan) for name in baselines}
+    unusable: dict[str, str] = {}
+    # Calibration models by held groups, shared across folds; with tuning each fold has its own parameters.
+    cache: dict | None = None if tune else {}
     group = np.empty(n, dtype=object)
     fold_info = []
     pipeline = {"features": features, "partner_effect": partner_effect}
@@ -301,14 +209,24 @@ def cross_validate(
         chosen = select_params(_subset(data, fold.train), group_by, **params) if tune else {}
         fold_params = {**pipeline, **params, **{k: v for k, v in chosen.items() if k != "inner_mape"}}
         fold_pipeline = {k: fold_params.pop(k) for k in PIPELINE_KEYS}
-        rows, _ = prepare_rows(data, fold.train, **fold_pipeline)
-        model = SlowdownRegressor(**fold_params).fit(rows.X.iloc[fold.train], data.y[fold.train])
-        preds[fold.test] = _three(model.predict_quantiles(rows.X.iloc[fold.test]))
-        plain, _ = prepare_rows(data, fold.train, features=features, partner_effect=False)
-        Xtr, ytr, mtr = plain.X.iloc[fold.train], data.y[fold.train], data.meta.iloc[fold.train]
-        Xte, mte = plain.X.iloc[fold.test], data.meta.iloc[fold.test]
+        featurizer, X_fit, X_all = fold_features(data, fold.train, **fold_pipeline)
+        model = SlowdownRegressor(**fold_params).fit(X_fit, data.y[fold.train], featurizer=featurizer)
+        raw[fold.test] = _three(model.predict_quantiles(X_all.iloc[fold.test]))[:, [0, 2]]
+        if calibrate:  # on the fold's training rows only; level 0 alone, nothing is revealed here
+            model.calibration_ = calibrate_rows(
+                data, group_by, **fold_pipeline, exclude=fold.group, cache=cache, levels=(0,), **fold_params
+            )
+        preds[fold.test] = _three(model.predict_quantiles(X_all.iloc[fold.test]))
+        _, Xtr, plain = fold_features(data, fold.train, features=features, partner_effect=False)
+        ytr, mtr = data.y[fold.train], data.meta.iloc[fold.train]
+        Xte, mte = plain.iloc[fold.test], data.meta.iloc[fold.test]
         for name, factory in baselines.items():
-            base_preds[name][fold.test] = factory().fit(Xtr, ytr, mtr).predict(Xte, mte)
+            baseline = factory()
+            reason = unusable_reason(baseline, Xtr)
+            if reason is not None:
+                unusable[name] = reason
+                continue
+            base_preds[name][fold.test] = baseline.fit(Xtr, ytr, mtr).predict(Xte, mte)
         group[fold.test] = fold.group
         info = {"group": fold.group, "n_train": int(fold.train.size), "n_test": int(fold.test.size)}
         if tune:
@@ -318,25 +236,35 @@ def cross_validate(
     rows["group"] = group
     rows["measured"] = data.y
     rows["p10"], rows["p50"], rows["p90"] = preds[:, 0], preds[:, 1], preds[:, 2]
+    rows["p10_uncalibrated"], rows["p90_uncalibrated"] = raw[:, 0], raw[:, 1]
     for name, values in base_preds.items():
         rows[f"pred_{name}"] = values
-    result = CVResult(group_by=group_by, rows=rows, folds=fold_info)
+    result = CVResult(group_by=group_by, rows=rows, folds=fold_info, unusable=unusable)
     if random_split:
         result.random_split = _random_split(data, **pipeline, **params)
     return result
 
 
+def fold_features(
+    data: PairRows, train: np.ndarray, features: str = "physical", partner_effect: bool = True
+) -> tuple[PairFeaturizer, pd.DataFrame, pd.DataFrame]:
+    """Fit a ``PairFeaturizer`` on rows ``train`` of ``data``; return it, the training rows' features (in
+    ``train`` order) and every row's features as rows to predict (index them with the test rows)."""
+    featurizer = PairFeaturizer(features=features, partner_effect=partner_effect)
+    X_fit = featurizer.fit_transform(data.take(train))
+    return featurizer, X_fit, featurizer.transform(data)
+
+
 def _subset(rows: PairRows, index: np.ndarray) -> PairRows:
-    meta = rows.meta.iloc[index].reset_index(drop=True)
-    X = rows.X.iloc[index].reset_index(drop=True)
-    return PairRows(X=X, y=rows.y[index], meta=meta, reference=rows.reference)
+    part = rows.take(index)
+    return PairRows(X=part.X.reset_index(drop=True), y=part.y, meta=part.meta.reset_index(drop=True))
 
 
 def select_params(data: PairRows, group_by: str = "family", **fixed) -> dict:
     """Choose the feature pipeline and tree parameters by grouped cross-validation on ``data`` alone.
 
     Every combination of ``TUNING_GRID`` is scored by leave-one-group-out over the groups in ``data``
-    (each inner fold fits its own pipeline state), with each pull toward the training median of
+    (each inner fold fits its own featurizer), with each pull toward the training median of
     ``TUNING_PRIOR_WEIGHTS`` applied to the same out-of-fold predictions; the lowest MAPE of the p50 wins.
     Called on the training rows of an outer fold, this is nested cross-validation. ``data`` should carry
     every feature (``ordered_rows(..., features="all")``) so that each feature set can be tried.
@@ -355,18 +283,18 @@ def select_params(data: PairRows, group_by: str = "family", **fixed) -> dict:
     candidates = [dict(zip(keys, values, strict=True)) for values in product(*TUNING_GRID.values())]
     log_pred = np.full((len(candidates), len(data.y)), np.nan)
     prior = np.full(len(data.y), np.nan)
-    prepared: dict[tuple, PairRows] = {}
+    prepared: dict[tuple, tuple] = {}
     for fold in folds:
         prior[fold.test] = float(np.median(np.log(data.y[fold.train])))
         prepared.clear()
         for c, cand in enumerate(candidates):
             pipe = tuple(cand[k] for k in PIPELINE_KEYS)
             if pipe not in prepared:
-                prepared[pipe] = prepare_rows(data, fold.train, *pipe)[0]
-            rows = prepared[pipe]
+                prepared[pipe] = fold_features(data, fold.train, *pipe)
+            featurizer, X_fit, X_all = prepared[pipe]
             tree = {k: v for k, v in cand.items() if k not in PIPELINE_KEYS}
-            model = SlowdownRegressor(**fixed, **tree).fit(rows.X.iloc[fold.train], data.y[fold.train])
-            log_pred[c, fold.test] = np.log(model.predict(rows.X.iloc[fold.test]))
+            model = SlowdownRegressor(**fixed, **tree).fit(X_fit, data.y[fold.train], featurizer=featurizer)
+            log_pred[c, fold.test] = np.log(model.predict(X_all.iloc[fold.test]))
     scored = ~np.isnan(prior)
     y = data.y[scored]
     best, best_mape = None, np.inf
@@ -395,9 +323,9 @@ def _random_split(
     for k in range(RANDOM_SPLIT_FOLDS):
         test, train = fold == k, fold != k
         if test.any() and train.any():
-            rows, _ = prepare_rows(data, np.flatnonzero(train), features, partner_effect)
-            model = SlowdownRegressor(**params).fit(rows.X[train], data.y[train])
-            preds[test] = _three(model.predict_quantiles(rows.X[test]))
+            featurizer, X_fit, X_all = fold_features(data, np.flatnonzero(train), features, partner_effect)
+            model = SlowdownRegressor(**params).fit(X_fit, data.y[train], featurizer=featurizer)
+            preds[test] = _three(model.predict_quantiles(X_all[test]))
     ok = ~np.isnan(preds[:, 1])
     metrics = slowdown_metrics(
         data.y[ok], preds[ok, 1], data.meta["pair_id"].to_numpy()[ok], preds[ok, 0], preds[ok, 2]
@@ -416,33 +344,46 @@ def summarize(cv: CVResult) -> dict:
 
         {"group_by": "family", "n_samples": 1952, "n_groups": 7,
          "model": {"n": 1952, "mae": 0.3, "mape": 16.0, "spearman": 0.6, "decision_accuracy": 85.0,
-                   "coverage_p10_p90": 78.0},
-         "baselines": {"median": {"mae": ..., "mape": ...}, "linear": {...}, "util_sum": {...}},
-         "per_group": {"resnet18": {"n": 270, "model_mape": 12.0, "median_mape": 20.1, ...}, ...},
+                   "coverage_p10_p90": 78.0, "coverage_p10_p90_uncalibrated": 67.0},
+         "baselines": {"median": {"mae": ..., "mape": ...}, "linear": {...},
+                       "util_sum": {"n": 1952, "mae": None, ..., "not_applicable": "needs a utilization ..."}},
+         "per_group": {"resnet18": {"n": 270, "model_mape": 12.0, "median_mape": 20.1, ...,
+                                    "model_coverage_p10_p90": 81.0}, ...},
          "folds": [{"group": "a3c", "n_train": 1500, "n_test": 100}, ...]}
+
+    A baseline that could not run on the data's features (``CVResult.unusable``) has None for every metric
+    and says why under ``not_applicable``.
     """
     rows = cv.rows
     y = rows["measured"].to_numpy()
     pid = rows["pair_id"].to_numpy()
+    model = slowdown_metrics(y, rows["p50"].to_numpy(), pid, rows["p10"].to_numpy(), rows["p90"].to_numpy())
+    if "p10_uncalibrated" in rows:
+        inside = (y >= rows["p10_uncalibrated"].to_numpy()) & (y <= rows["p90_uncalibrated"].to_numpy())
+        model["coverage_p10_p90_uncalibrated"] = float(inside.mean() * 100) if y.size else float("nan")
+    names = [c[len("pred_") :] for c in rows.columns if c.startswith("pred_")]
     out = {
         "group_by": cv.group_by,
         "n_samples": int(len(rows)),
         "n_groups": int(rows["group"].nunique()),
-        "model": slowdown_metrics(
-            y, rows["p50"].to_numpy(), pid, rows["p10"].to_numpy(), rows["p90"].to_numpy()
-        ),
+        "model": model,
         "baselines": {
-            c[len("pred_") :]: slowdown_metrics(y, rows[c].to_numpy(), pid)
-            for c in rows.columns
-            if c.startswith("pred_")
+            name: _not_applicable(len(rows), cv.unusable[name])
+            if name in cv.unusable
+            else slowdown_metrics(y, rows[f"pred_{name}"].to_numpy(), pid)
+            for name in names
         },
     }
     per_group = {}
     for g, part in rows.groupby("group", sort=True):
         entry = {"n": int(len(part)), "model_mape": slowdown_metrics(part["measured"], part["p50"])["mape"]}
-        for c in part.columns:
-            if c.startswith("pred_"):
-                entry[f"{c[len('pred_') :]}_mape"] = slowdown_metrics(part["measured"], part[c])["mape"]
+        for name in names:
+            entry[f"{name}_mape"] = (
+                None if name in cv.unusable else slowdown_metrics(part["measured"], part[f"pred_{name}"])["mape"]
+            )
+        entry["model_coverage_p10_p90"] = slowdown_metrics(
+            part["measured"], part["p50"], low=part["p10"], high=part["p90"]
+        )["coverage_p10_p90"]
         per_group[str(g)] = entry
     out["per_group"] = per_group
     out["folds"] = cv.folds
@@ -451,9 +392,28 @@ def summarize(cv: CVResult) -> dict:
     return out
 
 
+def _not_applicable(n: int, reason: str) -> dict:
+    return {"n": n, "mae": None, "mape": None, "spearman": None, "decision_accuracy": None, "not_applicable": reason}
+
+
 def evaluate_rows(data: PairRows, group_by: str = "workload", random_split: bool = False, **params) -> dict:
     """Cross-validate on prepared ordered rows and return the summary (see ``summarize``)."""
     return summarize(cross_validate(data, group_by=group_by, random_split=random_split, **params))
+
+
+def cross_validate_dataset(
+    profiles: pd.DataFrame, pairs: pd.DataFrame, group_by: str = "workload", random_split: bool = False, **params
+) -> CVResult:
+    """Join a dataset's measured pairs to their profiles and run ``cross_validate`` on the ordered rows.
+
+    Parameters as ``evaluate``; returns the ``CVResult`` (for ``summarize`` and ``plots.plot_evaluation``).
+    """
+    if group_by not in GROUP_BY:
+        raise ConfigError(f"group_by must be one of {list(GROUP_BY)}, got {group_by!r}")
+    # Nested selection tries every feature set, so it starts from all features.
+    features = "all" if params.get("tune") else params.get("features", "physical")
+    rows = ordered_rows(profiles, pairs, features=features)
+    return cross_validate(rows, group_by=group_by, random_split=random_split, **params)
 
 
 def evaluate(
@@ -486,9 +446,4 @@ def evaluate(
         "baselines": {"median": {"mae": ..., "mape": ...}, "linear": {...}, "util_sum": {...}},
         "per_group": {...}, "folds": [...]}``; MAPE and accuracies in percent, on slowdown.
     """
-    if group_by not in GROUP_BY:
-        raise ConfigError(f"group_by must be one of {list(GROUP_BY)}, got {group_by!r}")
-    # Nested selection tries every feature set, so it starts from all features.
-    features = "all" if params.get("tune") else params.get("features", "physical")
-    rows = ordered_rows(profiles, pairs, features=features)
-    return evaluate_rows(rows, group_by=group_by, random_split=random_split, **params)
+    return summarize(cross_validate_dataset(profiles, pairs, group_by, random_split, **params))

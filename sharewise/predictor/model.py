@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
-from sklearn.base import BaseEstimator, RegressorMixin
 
 from sharewise.errors import (
     ConfigError,
@@ -19,15 +16,26 @@ from sharewise.errors import (
     NotFittedError,
     SchemaError,
 )
+from sharewise.predictor.featurizer import PairFeaturizer, monotone_signs
+from sharewise.predictor.params import Params
+from sharewise.predictor.persistence import (
+    read_model_files,
+    sidecar_path,
+    state_from_dict,
+    state_to_dict,
+    write_model_files,
+)
+from sharewise.predictor.validation import as_matrix, check_feature_names, feature_names_of
 
 # Version of the saved model layout (sidecar keys and pair feature naming). Bump it when a saved model
 # could no longer be read correctly; load() refuses other versions instead of predicting garbage.
-MODEL_SCHEMA_VERSION = 3  # 2: device-share features and references; 3: the probe offset (``offset_feature``)
+# 2: device-share features and references; 3: the probe offset (``offset_feature``); 4: the fitted feature
+# state (device references, partner effects) moves from ``training`` to ``featurizer`` (``PairFeaturizer``).
+MODEL_SCHEMA_VERSION = 4
 #: Default ``offset_feature``: the job's slowdown next to the profiler's probe (``sharewise.profiler.probe``).
 PROBE_OFFSET = "self_f_probe_slowdown"
 #: How ``explain`` names the offset's term: this prefix, then the feature name.
 OFFSET_TERM = "offset: log "
-SIDECAR_SUFFIX = ".sidecar.json"
 
 
 def _xgboost():
@@ -41,13 +49,7 @@ def _xgboost():
     return xgboost
 
 
-def sidecar_path(path: str | os.PathLike) -> Path:
-    """Return the sidecar that goes with model file ``path``: ``model.json`` -> ``model.sidecar.json``."""
-    path = Path(path)
-    return path.with_name(path.stem + SIDECAR_SUFFIX)
-
-
-class SlowdownRegressor(RegressorMixin, BaseEstimator):
+class SlowdownRegressor(Params):
     """Predict the slowdown of a job next to a partner from ordered pair features.
 
     The target is the log of the measured slowdown; one XGBoost model with the quantile objective learns
@@ -118,6 +120,16 @@ class SlowdownRegressor(RegressorMixin, BaseEstimator):
         Column of ``offset_feature`` in ``feature_names_in_`` (None when the features do not include it).
     training_summary_ : dict
         What the model was trained on, e.g. ``{"rows": 1952, "pairs": 976, "devices": ["k80"], ...}``.
+    featurizer_ : PairFeaturizer or None
+        The fitted featurizer that built the training features (``fit(..., featurizer=...)``): prediction
+        builds features with the same state. None for a model fitted on features built elsewhere.
+    calibration_ : ConformalCalibration or None
+        Conformal corrections of p10/p90 from grouped out-of-fold residuals (``conformal.calibrate_model``);
+        ``predict_quantiles`` applies level 0. None (``fit`` alone) leaves the raw quantiles.
+    shift_ : WorkloadShift or None
+        Corrections for workloads from their own measured pairs (``suggest.refit_on_pairs``), applied by the
+        table-level functions that know each row's workloads (``predict_pairs``, ``explain_pair``), not by
+        ``predict``/``predict_quantiles``, which see features only.
     """
 
     def __init__(
@@ -153,15 +165,27 @@ class SlowdownRegressor(RegressorMixin, BaseEstimator):
         self.random_state = random_state
 
     # ---- fitting -------------------------------------------------------------------------------------
-    def fit(self, X, y, summary: dict | None = None) -> SlowdownRegressor:
+    def fit(
+        self, X, y, summary: dict | None = None, featurizer: PairFeaturizer | None = None
+    ) -> SlowdownRegressor:
         """Fit on pair features ``X`` and measured slowdowns ``y`` (positive); return ``self``.
 
         ``summary`` is stored as ``training_summary_`` (and in the saved sidecar); ``rows`` is filled in.
+        ``featurizer``, the fitted ``PairFeaturizer`` that built ``X``, is kept as ``featurizer_`` and saved
+        with the model, so that prediction builds its features with the training state.
+
+        Raises
+        ------
+        ModelSchemaError
+            The columns of ``X`` are not the features ``featurizer`` builds (the message lists them).
         """
         xgb = _xgboost()
         quantiles = self._check_params()
-        names = _feature_names(X)
-        data = _as_matrix(X, "X")
+        names = feature_names_of(X)
+        if featurizer is not None:
+            expected = list(featurizer.get_feature_names_out())
+            check_feature_names(names, expected, what="X and the featurizer", ordered=True)
+        data = as_matrix(X, "X")
         target = np.asarray(y, dtype=np.float64).ravel()
         if target.shape[0] != data.shape[0]:
             raise SchemaError(f"X has {data.shape[0]} rows but y has {target.shape[0]}; they must match")
@@ -208,6 +232,9 @@ class SlowdownRegressor(RegressorMixin, BaseEstimator):
         self.n_features_in_ = len(names)
         self.prior_ = float(np.median(np.log(target) - (0.0 if offset is None else offset)))
         self.training_summary_ = {**(summary or {}), "rows": int(data.shape[0])}
+        self.featurizer_ = featurizer
+        self.calibration_ = None
+        self.shift_ = None
         return self
 
     def _threads(self) -> int:
@@ -247,7 +274,7 @@ class SlowdownRegressor(RegressorMixin, BaseEstimator):
         if isinstance(X, pd.DataFrame):
             check_feature_names(list(X.columns), list(self.feature_names_in_))
             X = X[list(self.feature_names_in_)]
-        data = _as_matrix(X, "X")
+        data = as_matrix(X, "X")
         if data.shape[1] != self.n_features_in_:
             raise ModelSchemaError(
                 f"X has {data.shape[1]} features but the model was fitted on {self.n_features_in_}; "
@@ -277,6 +304,9 @@ class SlowdownRegressor(RegressorMixin, BaseEstimator):
             mid = out[:, [int(np.argmin(np.abs(self.quantiles_ - 0.5)))]]
             resid = mid - (0.0 if offset is None else offset[:, None])
             out += w * (self.prior_ - resid)
+        calibration = getattr(self, "calibration_", None)
+        if calibration is not None:
+            calibration.apply(out)
         return out
 
     def predict_matrix(self, data: np.ndarray) -> np.ndarray:
@@ -298,6 +328,12 @@ class SlowdownRegressor(RegressorMixin, BaseEstimator):
         data = self._validated(X)
         mid = int(np.argmin(np.abs(self.quantiles_ - 0.5)))
         return np.exp(self._raw_quantiles(data)[:, mid])
+
+    def score(self, X, y) -> float:
+        """Return R^2 of the p50 predictions of ``X`` against slowdowns ``y`` (scikit-learn's regressor score)."""
+        from sklearn.metrics import r2_score
+
+        return float(r2_score(np.asarray(y, dtype=np.float64), self.predict(X)))
 
     def predict_quantiles(self, X) -> np.ndarray:
         """Return predicted slowdowns at ``quantiles_`` as an array of shape (n, n_quantiles), sorted per row.
@@ -350,33 +386,26 @@ class SlowdownRegressor(RegressorMixin, BaseEstimator):
     def save(self, path: str | os.PathLike) -> Path:
         """Save as XGBoost JSON at ``path`` plus a sidecar JSON next to it; return the sidecar path.
 
-        The sidecar holds ``schema_version``, ``feature_names``, ``quantiles``, ``params`` and
-        ``training`` (devices, workloads, rows). Never a pickle: both files are plain JSON.
+        The sidecar holds ``schema_version``, ``feature_names``, ``quantiles``, ``prior``, ``params``,
+        ``training`` (devices, workloads, rows), ``featurizer`` (``PairFeaturizer.to_dict``, or null for
+        a model fitted without one), ``calibration`` (``ConformalCalibration.to_dict`` or null) and ``shift``
+        (``WorkloadShift.to_dict`` or null). Never a pickle: both files are plain JSON.
         """
         self._check_fitted()
-        path = Path(path)
-        if path.suffix != ".json":
-            raise ConfigError(f"model path must end in .json (XGBoost JSON format), got {str(path)!r}")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".tmp-{path.name}")
-        self.booster_.save_model(str(tmp))
-        side = sidecar_path(path)
-        side_tmp = side.with_name(f".tmp-{side.name}")
         params = {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.get_params().items()}
         payload = {
             "schema_version": MODEL_SCHEMA_VERSION,
-            "model_file": path.name,
+            "model_file": Path(path).name,
             "target": "log slowdown",
             "feature_names": [str(n) for n in self.feature_names_in_],
             "quantiles": [float(q) for q in self.quantiles_],
             "prior": float(self.prior_),
             "params": params,
             "training": self.training_summary_,
+            "featurizer": None if self.featurizer_ is None else self.featurizer_.to_dict(),
+            **state_to_dict(self),
         }
-        side_tmp.write_text(json.dumps(payload, indent=2, default=_json_default))
-        os.replace(tmp, path)
-        os.replace(side_tmp, side)
-        return side
+        return write_model_files(self.booster_, payload, path)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> SlowdownRegressor:
@@ -385,40 +414,18 @@ class SlowdownRegressor(RegressorMixin, BaseEstimator):
         Raises
         ------
         ModelSchemaError
-            Missing sidecar, another schema version, or feature names that differ between the two files
-            (the message lists the unseen and missing names).
+            Missing sidecar, another schema version, or feature names that differ between the two files or
+            from the featurizer's (the message lists the unseen and missing names).
         """
-        xgb = _xgboost()
-        path = Path(path)
+        booster, meta = read_model_files(path, MODEL_SCHEMA_VERSION, _xgboost())
         side = sidecar_path(path)
-        if not path.is_file():
-            raise ModelSchemaError(
-                f"model file {str(path)!r} not found; train one with 'sharewise train DIR --out {path}'"
-            )
-        if not side.is_file():
-            raise ModelSchemaError(
-                f"model sidecar {str(side)!r} not found; a sharewise model is two files, {path.name} and "
-                f"{side.name}: copy both, or retrain"
-            )
-        try:
-            meta = json.loads(side.read_text())
-        except json.JSONDecodeError as exc:
-            raise ModelSchemaError(f"{side}: not valid JSON ({exc}); retrain the model") from None
-        version = meta.get("schema_version")
-        if version != MODEL_SCHEMA_VERSION:
-            raise ModelSchemaError(
-                f"{side}: model schema version {version!r}, but this sharewise reads version "
-                f"{MODEL_SCHEMA_VERSION}; retrain the model with this version ('sharewise train ...')"
-            )
-        booster = xgb.Booster()
-        try:
-            booster.load_model(str(path))
-        except xgb.core.XGBoostError as exc:
-            raise ModelSchemaError(
-                f"{path}: not a readable XGBoost model ({str(exc).splitlines()[0]})"
-            ) from None
         names = [str(n) for n in meta.get("feature_names", [])]
-        check_feature_names(list(booster.feature_names or []), names, what=f"{path.name} and {side.name}")
+        check_feature_names(list(booster.feature_names or []), names, what=f"{Path(path).name} and {side.name}")
+        featurizer = None
+        if meta.get("featurizer") is not None:
+            featurizer = PairFeaturizer.from_dict(meta["featurizer"])
+            got = list(featurizer.get_feature_names_out())
+            check_feature_names(got, names, what=f"{side.name}'s featurizer", ordered=True)
         params = {k: v for k, v in meta.get("params", {}).items() if k in cls._get_param_names()}
         if "quantiles" in params:
             params["quantiles"] = tuple(params["quantiles"])
@@ -432,6 +439,8 @@ class SlowdownRegressor(RegressorMixin, BaseEstimator):
         )
         model.prior_ = float(meta.get("prior", 0.0))
         model.training_summary_ = meta.get("training", {})
+        model.featurizer_ = featurizer
+        model.calibration_, model.shift_ = state_from_dict(meta)
         return model
 
 
@@ -451,73 +460,3 @@ def _sorted_rows(values: np.ndarray) -> np.ndarray:
     out[:, 1] = np.maximum(lo, np.minimum(hi, c))
     out[:, 2] = np.maximum(hi, c)
     return out
-
-
-#: Features that may only raise the predicted slowdown: the partner's load on the device.
-MONOTONE_INCREASING = (
-    "pair_partner_share_",
-    "pair_partner_effect",
-    "partner_f_busy_frac",
-    "partner_f_nvml_sm_util_mean",
-)
-
-
-def monotone_signs(names: Sequence[str]) -> list[int]:
-    """Return XGBoost monotone constraints for ``names``: 1 for ``MONOTONE_INCREASING`` features, else 0."""
-    return [1 if str(n).startswith(MONOTONE_INCREASING) else 0 for n in names]
-
-
-def check_feature_names(got: Sequence[str], expected: Sequence[str], what: str = "X") -> None:
-    """Raise ``ModelSchemaError`` listing unseen and missing names unless ``got`` matches ``expected``."""
-    got_set, exp_set = set(got), set(expected)
-    if got_set == exp_set and len(got) == len(expected):
-        return
-    unseen = sorted(got_set - exp_set)
-    missing = sorted(exp_set - got_set)
-    parts = []
-    if unseen:
-        parts.append(f"unseen at fit time: {unseen}")
-    if missing:
-        parts.append(f"missing: {missing}")
-    if not parts:
-        parts.append("duplicate names")
-    raise ModelSchemaError(
-        f"feature names of {what} differ from those the model was fitted on ({'; '.join(parts)}); "
-        "build the features from profiles with the same f_* columns, or retrain on this data"
-    )
-
-
-def _feature_names(X) -> list[str]:
-    if isinstance(X, pd.DataFrame):
-        names = [str(c) for c in X.columns]
-        if len(set(names)) != len(names):
-            raise SchemaError("X has duplicate column names; each feature needs its own name")
-        return names
-    shape = np.shape(X)
-    if len(shape) != 2:
-        raise SchemaError(f"X must be 2-dimensional (rows, features), got shape {shape}")
-    return [f"x{i}" for i in range(shape[1])]
-
-
-def _as_matrix(X, what: str) -> np.ndarray:
-    try:
-        data = np.asarray(
-            X.to_numpy(dtype=np.float32, na_value=np.nan) if isinstance(X, pd.DataFrame) else X,
-            dtype=np.float32,
-        )
-    except (TypeError, ValueError):
-        raise SchemaError(f"{what} must hold numbers only (NaN for missing values)") from None
-    if data.ndim != 2:
-        raise SchemaError(f"{what} must be 2-dimensional (rows, features), got shape {data.shape}")
-    if np.isinf(data).any():
-        col = int(np.argmax(np.isinf(data).any(axis=0)))
-        raise SchemaError(f"{what} holds an infinite value in column {col}; use NaN for a missing value")
-    return np.ascontiguousarray(data)
-
-
-def _json_default(obj: Any):
-    if isinstance(obj, np.generic):
-        return obj.item()
-    if isinstance(obj, np.ndarray):
-        return obj.tolist()
-    return str(obj)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from sharewise.predictor.choices import plural
 from sharewise.predictor.evaluation import CVResult, slowdown_metrics
 
 
@@ -48,7 +49,7 @@ def plot_evaluation(cv: CVResult, out_dir: str | os.PathLike) -> list[Path]:
     ax.set_xlabel("measured slowdown")
     ax.set_ylabel("predicted slowdown (p50, bars p10-p90)")
     mape = slowdown_metrics(rows["measured"], rows["p50"])["mape"]
-    ax.set_title(f"held-out {cv.group_by}s: MAPE {mape:.1f}%")
+    ax.set_title(f"held-out {plural(cv.group_by)}: MAPE {mape:.1f}%")
     if len(groups) <= 20:
         ax.legend(fontsize=7, title=cv.group_by, loc="upper left")
     fig.tight_layout()
@@ -56,7 +57,8 @@ def plot_evaluation(cv: CVResult, out_dir: str | os.PathLike) -> list[Path]:
     fig.savefig(paths[-1], dpi=120)
     plt.close(fig)
 
-    predictors = ["p50"] + [c for c in rows.columns if c.startswith("pred_")]
+    # A baseline that could not run on these features (all NaN) has no bar.
+    predictors = ["p50"] + [c for c in rows.columns if c.startswith("pred_") and rows[c].notna().any()]
     table = np.array(
         [
             [

@@ -1,4 +1,4 @@
-"""Profiler entry points the CLI calls: profile workloads (with the feature cache) and run campaigns."""
+"""Profiler entry points for solo profiles: profile workloads (with the feature cache) on one or all devices."""
 
 from __future__ import annotations
 
@@ -10,11 +10,10 @@ import pandas as pd
 from sharewise.datasets.store import Dataset
 from sharewise.profiler.config import RunConfig, device_kind
 from sharewise.profiler.solo import add_pm_scores, profile_workload
+from sharewise.profiler.workloads import resolve_specs, workload_name
 
 
 def _feature_key(spec: str, config: RunConfig, info: dict) -> dict:
-    from sharewise.profiler.workloads import workload_name
-
     return {
         "workload": workload_name(spec),
         "spec": spec,
@@ -71,7 +70,6 @@ def profile_many(
     With ``all_devices`` each row also gets ``pm_score``: its throughput relative to the median device's for
     the same workload (PAL's performance-variability score).
     """
-    from sharewise.profiler.campaign import resolve_specs
     from sharewise.profiler.device import device_name
 
     dataset = out if isinstance(out, Dataset) or out is None else Dataset(out)

@@ -2,25 +2,29 @@
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import pandas as pd
 
+from sharewise.datasets.pair import Pair
 from sharewise.datasets.store import Dataset
-from sharewise.errors import ConfigError
+from sharewise.errors import ProfileFailed
+from sharewise.profiler.api import profile_one
 from sharewise.profiler.config import RunConfig, device_kind
+from sharewise.profiler.executors import executor_factory as _executor_factory
+from sharewise.profiler.modes import SHARING_MODES
 from sharewise.profiler.pair import PairTask, empty_row
+from sharewise.profiler.workloads import resolve_specs
 
 
 @dataclass
 class CampaignEvent:
     """What a progress display needs after each step of a campaign."""
 
-    kind: str  # "plan", "profile", "pair", "skip"
+    kind: str  # "plan", "profile" or "pair"
     done: int
     total: int
     row: dict | None = None
@@ -42,34 +46,18 @@ class CampaignSummary:
     seconds: float = 0.0
 
 
-def plan_pairs(names: Sequence[str]) -> list[tuple[int, int]]:
+def all_pairs(names: Sequence[str]) -> list[tuple[int, int]]:
     """Return index pairs (i, j), i <= j, of all unordered pairs including self-pairs, in input order.
 
-    >>> plan_pairs(["a", "b"])
+    >>> all_pairs(["a", "b"])
     [(0, 0), (0, 1), (1, 1)]
     """
     n = len(names)
     return [(i, j) for i in range(n) for j in range(i, n)]
 
 
-def resolve_specs(specs: Sequence[str]) -> list[tuple[str, str]]:
-    """Validate workload specs up front (before any run) and return ``(spec, recorded name)`` pairs."""
-    from sharewise.profiler.workloads import workload_name
-
-    if not specs:
-        raise ConfigError("no workloads given; name at least one (see 'sharewise workloads')")
-    resolved, seen = [], set()
-    for spec in specs:
-        name = workload_name(spec)
-        if name in seen:
-            raise ConfigError(f"workload {name!r} is listed twice; self-pairs are measured automatically")
-        seen.add(name)
-        resolved.append((spec, name))
-    return resolved
-
-
-def done_keys(existing: pd.DataFrame, config: RunConfig, device_name: str | None, retry_failed: bool) -> set:
-    """Return the (a, b) pairs already recorded for this device, mode and size (both orders).
+def done_keys(existing: pd.DataFrame, config: RunConfig, device_name: str | None, retry_failed: bool) -> set[Pair]:
+    """Return the pairs already recorded for this device, mode and size, e.g. ``{Pair("a", "b")}``.
 
     ``device_name=None`` accepts rows of any device of the config's kind: a cluster's pairs are recorded
     under the names of the nodes that ran them, which the driver cannot know in advance.
@@ -85,31 +73,7 @@ def done_keys(existing: pd.DataFrame, config: RunConfig, device_name: str | None
         rows = rows[rows["size"] == config.size]
     if retry_failed:
         rows = rows[rows["status"].isin(["ok", "oom", "skipped"])]
-    keys = set(zip(rows["workload_a"], rows["workload_b"], strict=True))
-    return keys | {(b, a) for a, b in keys}
-
-
-class LocalExecutor:
-    """Runs pair measurements one after another on this machine (the default; needs no Ray)."""
-
-    name = "local"
-
-    def __init__(self, config: RunConfig, device_name: str, extra_env: dict[str, str] | None = None) -> None:
-        self.config = config
-        self.device_name = device_name
-        self.extra_env = extra_env
-
-    def run(self, tasks: Sequence[PairTask]) -> Iterator[dict]:
-        from sharewise.profiler.pair import measure_pair
-
-        for task in tasks:
-            try:
-                yield measure_pair(task, self.config, self.device_name, self.extra_env)
-            except Exception as exc:  # a bug or a broken machine: record it, keep the campaign going
-                yield empty_row(task, self.config, self.device_name, "failed", f"{type(exc).__name__}: {exc}")
-
-    def close(self) -> None:
-        pass
+    return {Pair.of(a, b) for a, b in zip(rows["workload_a"], rows["workload_b"], strict=True)}
 
 
 def run_campaign(
@@ -126,24 +90,24 @@ def run_campaign(
     Each finished pair is written atomically before the next starts; rerunning after an interruption skips
     pairs already recorded for this device, mode and size (``retry_failed`` reruns failed and timed-out
     ones). Workloads without a solo profile in ``out`` are profiled first when ``profile_missing``.
+    ``executor_factory`` is ``executors.executor_factory(name, ...)``'s result; the local executor by default.
+    The sharing mode's environment (the MPS daemon for ``mps``) holds for the whole campaign.
     """
     from sharewise.profiler.device import device_name as _device_name
-    from sharewise.profiler.modes import MpsDaemon
 
     began = time.monotonic()
     dataset = out if isinstance(out, Dataset) else Dataset(out)
     resolved = resolve_specs(specs)
     device_name = _device_name(config.device)
     emit = on_event or (lambda event: None)
-    pairs_idx = plan_pairs([n for _, n in resolved])
+    pairs_idx = all_pairs([n for _, n in resolved])
     summary = CampaignSummary(dataset=str(dataset.path), total=len(pairs_idx))
     with dataset.lock("campaign"):
-        mps = MpsDaemon() if config.mode == "mps" else contextlib.nullcontext()
-        with mps:
-            extra_env = getattr(mps, "env", None) or None
+        with SHARING_MODES.get(config.mode).environment(config) as mode_env:
+            extra_env = dict(mode_env) or None
             # Start the executor before any run: a wrong Ray address or a missing cluster fails in a second,
             # not after the solo profiles.
-            factory = executor_factory or LocalExecutor
+            factory = executor_factory or _executor_factory("local")
             executor = factory(config, device_name, extra_env)
             try:
                 broken: dict[str, tuple[str, str]] = {}
@@ -152,12 +116,12 @@ def run_campaign(
                         dataset, resolved, config, device_name, extra_env, emit, summary.failures
                     )
                 # Executors spanning several machines (Ray) record each pair under its node's device name.
-                on_device = None if getattr(executor, "spans_nodes", False) else device_name
+                on_device = None if executor.spans_nodes else device_name
                 done = done_keys(dataset.read_pairs(), config, on_device, retry_failed)
                 tasks, unrunnable = [], []
                 for i, j in pairs_idx:
                     (sa, na), (sb, nb) = resolved[i], resolved[j]
-                    if (na, nb) in done:
+                    if Pair.of(na, nb) in done:
                         summary.skipped += 1
                     elif na in broken or nb in broken:
                         # A workload that failed alone fails next to a partner too: record the pair with the
@@ -196,9 +160,6 @@ def _profile_missing(dataset, resolved, config, device_name, extra_env, emit, fa
     A workload that raises, runs out of memory or hangs must not end the campaign here: it goes to
     ``failures``, its pairs are recorded with its status, and a rerun (``--retry-failed``) tries again.
     """
-    from sharewise.profiler.api import profile_one
-    from sharewise.profiler.solo import ProfileFailed
-
     have = dataset.read_profiles()
     have = have[(have["device_name"] == device_name) & (have["mode"] == config.mode)]
     if "size" in have.columns:

@@ -6,9 +6,8 @@ import dataclasses
 from dataclasses import dataclass
 
 from sharewise.errors import ConfigError
+from sharewise.profiler.modes import SHARING_MODES, modes_for
 
-SHARING_MODES = ("cpu", "cpu-partition", "timeslice", "mps")
-CPU_MODES = ("cpu", "cpu-partition")
 SIZES = ("tiny", "small", "full")
 
 # Measurement constants (STYLE.md practice 3): warm-up until step time settles, then fixed windows.
@@ -25,9 +24,9 @@ IDLE_THRESHOLD = 0.10  # share of the machine busy that counts as "not idle" bef
 class RunConfig:
     """Settings of one campaign or profile run.
 
-    ``device`` is ``"cpu"``, ``"cuda"`` or ``"cuda:i"``; ``mode`` one of ``SHARING_MODES`` (CPU devices take
-    the CPU modes, CUDA devices ``timeslice`` or ``mps``). ``window_s`` is the measurement window, extended
-    as needed so each window holds ``min_window_steps`` steps.
+    ``device`` is ``"cpu"``, ``"cuda"`` or ``"cuda:i"``; ``mode`` one of ``SHARING_MODES`` whose device kind
+    is the device's (``cpu``/``cpu-partition`` on CPUs, ``timeslice``/``mps`` on CUDA devices). ``window_s``
+    is the measurement window, extended as needed so each window holds ``min_window_steps`` steps.
     """
 
     device: str = "cpu"
@@ -55,16 +54,18 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         if self.mode not in SHARING_MODES:
-            raise ConfigError(f"mode must be one of {list(SHARING_MODES)}, got {self.mode!r}")
+            raise ConfigError(f"mode must be one of {SHARING_MODES.names()}, got {self.mode!r}")
         kind = device_kind(self.device)
-        if kind == "cpu" and self.mode not in CPU_MODES:
+        mode_kind = SHARING_MODES.get(self.mode).device_kind
+        if kind == "cpu" and mode_kind != "cpu":
             raise ConfigError(
                 f"mode {self.mode!r} needs a CUDA device, got device {self.device!r}; "
-                f"on the CPU use one of {list(CPU_MODES)}"
+                f"on the CPU use one of {modes_for('cpu')}"
             )
-        if kind == "cuda" and self.mode in CPU_MODES:
+        if kind == "cuda" and mode_kind != "cuda":
             raise ConfigError(
-                f"mode {self.mode!r} is for CPU devices, got device {self.device!r}; use 'timeslice' or 'mps'"
+                f"mode {self.mode!r} is for CPU devices, got device {self.device!r}; "
+                f"use {' or '.join(repr(m) for m in modes_for('cuda'))}"
             )
         if self.size not in SIZES:
             raise ConfigError(f"size must be one of {list(SIZES)}, got {self.size!r}")
@@ -102,4 +103,9 @@ def device_kind(device: str) -> str:
 
 
 def default_mode(device: str) -> str:
-    return "cpu" if device_kind(device) == "cpu" else "timeslice"
+    """Return the default sharing mode of a device: the first registered mode of its kind.
+
+    >>> default_mode("cpu"), default_mode("cuda:1")
+    ('cpu', 'timeslice')
+    """
+    return modes_for(device_kind(device))[0]

@@ -23,12 +23,11 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine() or "cpu"
 
 
-def cpu_device_name(ncores: int | None = None) -> str:
-    """Return the CPU device name recorded in tables, e.g. ``"AMD EPYC (2 cores)"``."""
+def cpu_device_name() -> str:
+    """Return the CPU device name recorded in tables, e.g. ``"AMD EPYC (2 cores)"``: the cores we may use."""
     from sharewise.profiler.modes import available_cores
 
-    n = ncores if ncores is not None else len(available_cores())
-    return f"{cpu_model()} ({n} cores)"
+    return f"{cpu_model()} ({len(available_cores())} cores)"
 
 
 def cuda_index(device: str) -> int:

@@ -240,11 +240,6 @@ class FeatureKey:
             torch_version=torch.__version__,
         )
 
-    def digest(self) -> str:
-        """Hex SHA-256 of the key's fields."""
-        payload = json.dumps(asdict(self), sort_keys=True).encode()
-        return hashlib.sha256(payload).hexdigest()
-
 
 def default_cache_root() -> Path:
     """``$SHAREWISE_CACHE_DIR/features`` when that variable is set, else ``~/.cache/sharewise/features``."""

@@ -15,19 +15,41 @@ from dataclasses import dataclass
 _CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
-def host_busy_seconds() -> float:
-    """Return CPU seconds all processes have spent busy since boot (``/proc/stat``, all cores summed).
+def _busy_by_line() -> dict[str, float]:
+    """Busy CPU seconds since boot per ``/proc/stat`` line: ``{"cpu": all cores, "cpu0": ..., ...}``.
 
     Busy = user + nice + system + irq + softirq + steal; steal counts because on a shared VM it is time our
-    measurement did not get. Returns NaN where ``/proc/stat`` does not exist (not Linux).
+    measurement did not get. Empty where ``/proc/stat`` does not exist (not Linux).
     """
     try:
         with open("/proc/stat") as fh:
-            fields = fh.readline().split()
+            lines = [line.split() for line in fh if line.startswith("cpu")]
     except OSError:
+        return {}
+    out = {}
+    for fields in lines:
+        user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[1:9])
+        out[fields[0]] = (user + nice + system + irq + softirq + steal) / _CLK_TCK
+    return out
+
+
+def host_busy_seconds(cores: Iterable[int] | None = None) -> float:
+    """Return CPU seconds spent busy since boot, all cores summed or only ``cores``; NaN where not Linux."""
+    busy = _busy_by_line()
+    return _busy_of(busy, None if cores is None else sorted(cores))
+
+
+def _busy_of(busy: dict[str, float], cores: list[int] | None) -> float:
+    if not busy:
         return float("nan")
-    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[1:9])
-    return (user + nice + system + irq + softirq + steal) / _CLK_TCK
+    if cores is None:
+        return busy["cpu"]
+    return sum(busy.get(f"cpu{c}", 0.0) for c in cores)
+
+
+def core_busy_seconds() -> dict[int, float]:
+    """Return each core's busy CPU seconds since boot, e.g. ``{0: 812.4, 1: 640.1}`` (empty if not Linux)."""
+    return {int(name[3:]): v for name, v in _busy_by_line().items() if name[3:].isdigit()}
 
 
 def process_tree_cpu_seconds(pids: Iterable[int]) -> float:
@@ -63,17 +85,28 @@ class ForeignCpuMeter:
     """Measures the CPU used by processes other than ``pids`` between ``start()`` and ``stop()``.
 
     ``stop()`` returns the foreign CPU time as a fraction of the machine over the interval (0.0 = no one else
-    ran; 1.0 = another process kept every core busy).
+    ran; 1.0 = another process kept every core busy). With ``cores`` (the cores the measured processes are
+    pinned to) it returns the larger of that and the foreign fraction of those cores alone: load on a
+    pinned process's own core takes its time directly, and load elsewhere still slows it (shared caches and
+    memory, the VM host's hyperthreads: two processes pinned to one core of an otherwise busy 2-core VM
+    measured a combined speed 12% under one core's). Our own processes' time counts as spent on ``cores``,
+    which errs toward a lower share of them.
     """
 
-    def __init__(self, pids: Iterable[int] = ()) -> None:
+    def __init__(self, pids: Iterable[int] = (), cores: Iterable[int] | None = None) -> None:
         self.pids = list(pids)
-        self._start: CpuSnapshot | None = None
+        self.cores = sorted(set(cores)) if cores else None
+        self._start: tuple[CpuSnapshot, CpuSnapshot] | None = None
 
-    def _snapshot(self) -> CpuSnapshot:
-        # The meter's own process counts as ours: it polls pipes while the workers run.
-        ours = process_tree_cpu_seconds(self.pids) + sum(os.times()[:2])
-        return CpuSnapshot(time.monotonic(), host_busy_seconds(), ours)
+    def _snapshot(self) -> tuple[CpuSnapshot, CpuSnapshot]:
+        """The machine's and ``cores``' snapshots (the same when no cores are given), from one reading."""
+        # The meter's own process counts as ours (it polls pipes while the workers run), and so do its
+        # children that have exited and been waited for: their CPU time left the process tree with them.
+        own = os.times()
+        ours = process_tree_cpu_seconds(self.pids) + own.user + own.system + own.children_user + own.children_system
+        now, busy = time.monotonic(), _busy_by_line()
+        machine = CpuSnapshot(now, _busy_of(busy, None), ours)
+        return machine, (CpuSnapshot(now, _busy_of(busy, self.cores), ours) if self.cores else machine)
 
     def start(self) -> None:
         if self._start is not None:
@@ -83,13 +116,16 @@ class ForeignCpuMeter:
     def stop(self) -> float:
         if self._start is None:
             raise RuntimeError("ForeignCpuMeter.stop() called before start()")
-        end = self._snapshot()
-        begin, self._start = self._start, None
-        return foreign_fraction(begin, end, os.cpu_count() or 1)
+        (machine0, cores0), (machine1, cores1) = self._start, self._snapshot()
+        self._start = None
+        share = foreign_fraction(machine0, machine1, os.cpu_count() or 1)
+        if self.cores:
+            share = max(share, foreign_fraction(cores0, cores1, len(self.cores)))
+        return share
 
 
 def foreign_fraction(begin: CpuSnapshot, end: CpuSnapshot, ncores: int) -> float:
-    """Return the foreign CPU share of the machine between two snapshots (pure; clipped at 0).
+    """Return the foreign CPU share of the machine between two snapshots (pure; clipped to [0, 1]).
 
     >>> foreign_fraction(CpuSnapshot(0, 10, 5), CpuSnapshot(2, 14, 8), 2)
     0.25
@@ -98,7 +134,7 @@ def foreign_fraction(begin: CpuSnapshot, end: CpuSnapshot, ncores: int) -> float
     if wall <= 0 or begin.host_busy != begin.host_busy:  # NaN check: no /proc/stat
         return float("nan") if wall > 0 else 0.0
     foreign = (end.host_busy - begin.host_busy) - (end.ours - begin.ours)
-    return max(0.0, foreign / (wall * ncores))
+    return min(1.0, max(0.0, foreign / (wall * ncores)))
 
 
 def wait_until_idle(threshold: float, sample_s: float = 0.5, max_wait_s: float = 30.0) -> float:

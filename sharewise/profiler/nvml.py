@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from sharewise.errors import DeviceError
+from sharewise.stats import percentile
 
 #: Default seconds between samples. NVML's utilization counters are themselves averaged over 1/6 s to 1 s,
 #: so sampling much faster only repeats values.
@@ -23,15 +24,6 @@ _FIELDS = (
     ("pcie_tx_mbps", "f_nvml_pcie_tx_mbps_mean", "mean"),
     ("pcie_rx_mbps", "f_nvml_pcie_rx_mbps_mean", "mean"),
 )
-
-
-def _p95(values: list[float]) -> float:
-    # Linear interpolation between closest ranks, as numpy.percentile's default.
-    s = sorted(values)
-    pos = (len(s) - 1) * 0.95
-    lo = int(pos)
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
 def summarize_samples(samples: list[dict[str, Any]]) -> dict[str, float]:
@@ -62,7 +54,7 @@ def summarize_samples(samples: list[dict[str, Any]]) -> dict[str, float]:
         elif how == "max":
             features[name] = max(values)
         else:
-            features[name] = _p95(values)
+            features[name] = percentile(values, 95.0)
     features["f_nvml_samples"] = float(len(samples))
     return features
 

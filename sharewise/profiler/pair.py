@@ -11,7 +11,7 @@ import numpy as np
 from sharewise.datasets.store import utc_now
 from sharewise.profiler.config import RunConfig, device_kind
 from sharewise.profiler.hostload import wait_until_idle
-from sharewise.profiler.modes import Placement, placements
+from sharewise.profiler.modes import CoreAssignment, placements
 from sharewise.profiler.session import RepeatResult, WorkerFailed, run_repeat
 
 
@@ -23,10 +23,6 @@ class PairTask:
     spec_b: str
     name_a: str
     name_b: str
-
-    @property
-    def key(self) -> tuple[str, str]:
-        return (self.name_a, self.name_b)
 
 
 def cv(values: list[float]) -> float:
@@ -97,7 +93,7 @@ def measure_pair(
     config: RunConfig,
     device_name: str,
     extra_env: dict[str, str] | None = None,
-    pinned: list[Placement] | None = None,
+    pinned: list[CoreAssignment] | None = None,
 ) -> dict:
     """Measure one pair and return its pairs-table row; failures become rows with a status, never raise.
 

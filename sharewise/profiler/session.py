@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from sharewise.profiler.config import SETTLE_TOLERANCE, RunConfig
 from sharewise.profiler.hostload import ForeignCpuMeter
-from sharewise.profiler.modes import Placement, worker_env
+from sharewise.profiler.modes import CoreAssignment, worker_env
 
 START_DELAY_S = 0.25  # lead time so both workers are waiting before the shared start
 
@@ -50,7 +50,7 @@ class Worker:
         self,
         spec: str,
         config: RunConfig,
-        placement: Placement,
+        assignment: CoreAssignment,
         extra_env: dict[str, str] | None = None,
         deadline: float | None = None,
     ) -> None:
@@ -61,13 +61,14 @@ class Worker:
             "device": config.device,
             "size": config.size,
             "batch_size": config.batch_size,
-            "threads": placement.threads,
-            "cores": list(placement.cores),
+            "threads": assignment.threads,
+            "cores": list(assignment.cores),
             "warmup_steps": config.warmup_steps,
             "warmup_max_s": config.warmup_max_s,
             "tolerance": SETTLE_TOLERANCE,
         }
-        env = worker_env(placement)
+        self.cores = assignment.cores
+        env = worker_env(assignment)
         if extra_env:
             env.update(extra_env)
         self._stderr = tempfile.TemporaryFile()
@@ -215,12 +216,16 @@ def measure_together(
 ) -> tuple[list[Window], float]:
     """Start ``workers`` on one shared absolute start time; return their windows and the foreign CPU share.
 
+    The foreign share is that of the machine, or of the cores the workers are pinned to where that is higher
+    (``ForeignCpuMeter``): for workers on every core the two are the same.
+
     With ``tail`` every worker keeps stepping until all windows are over, so each stays loaded to the end of
     its partners' windows. A worker whose window has not come back within six windows plus 30 s (windows are
     extended to hold ``min_steps``) is a timeout.
     """
     timeout = window_s * 6 + 30
-    meter = ForeignCpuMeter([w.pid for w in workers])
+    cores = sorted({c for w in workers for c in w.cores})
+    meter = ForeignCpuMeter([w.pid for w in workers], cores=cores)
     start_at = time.time() + START_DELAY_S
     meter.start()
     for w in workers:
@@ -236,7 +241,7 @@ def measure_together(
 def run_repeat(
     specs: tuple[str, str],
     config: RunConfig,
-    placements: list[Placement],
+    assignments: list[CoreAssignment],
     extra_env: dict[str, str] | None = None,
 ) -> RepeatResult:
     """Run one repeat of a pair: both warm up, A alone, B alone, then both over one shared window.
@@ -245,7 +250,7 @@ def run_repeat(
     still holds its memory, as a resident job would). Raises ``WorkerFailed``.
     """
     deadline = time.monotonic() + config.timeout_s
-    workers = [Worker(s, config, p, extra_env, deadline) for s, p in zip(specs, placements, strict=True)]
+    workers = [Worker(s, config, p, extra_env, deadline) for s, p in zip(specs, assignments, strict=True)]
     try:
         for w in workers:
             w.info = w.recv("ready", config.timeout_s)

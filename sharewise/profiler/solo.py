@@ -16,6 +16,10 @@ from sharewise.profiler.hostload import wait_until_idle
 from sharewise.profiler.modes import placements
 from sharewise.profiler.pair import cv
 from sharewise.profiler.session import Worker, WorkerFailed, common_window, measure_together
+from sharewise.profiler.workloads import workload_name
+
+#: Spread over repeats (CV) of a profile's throughput or probe sensitivity above which it counts as noisy.
+NOISY_CV = 0.10
 
 
 @dataclass
@@ -42,14 +46,13 @@ def profile_workload(
     "iter_time_ms": 102.0, "cv": 0.012, "f_flops_per_step": 3.4e10, ...}``
     """
     (place,) = placements(config, 1)
-    windows, foreign, features, info = [], [], None, {}
+    windows, features, info = [], None, {}
     probe = _ProbeRun(config, extra_env) if config.features and config.probe else None
     began = time.monotonic()
     try:
         for _ in range(config.repeats):
-            win, share, info, features = _solo_repeat(spec, config, place, extra_env, feature_lookup, features, probe)
+            win, info, features = _solo_repeat(spec, config, place, extra_env, feature_lookup, features, probe)
             windows.append(win)
-            foreign.append(share)
     finally:
         if probe is not None:
             probe.close()
@@ -57,7 +60,7 @@ def profile_workload(
     tp = float(np.mean(throughputs))
     batch = int(info["batch_size"])
     row = {
-        "workload": _name(spec),
+        "workload": workload_name(spec),
         "family": info.get("family", ""),
         "spec": spec,
         "size": config.size,
@@ -107,13 +110,13 @@ def profile_workload(
 
 def _solo_repeat(spec, config, place, extra_env, feature_lookup, features, probe):
     """One repeat in a fresh process: warm-up, the solo window, the probe window, and the features unless
-    ``features`` already holds them. Returns ``(window, foreign CPU share, ready info, features)``."""
+    ``features`` already holds them. Returns ``(window, ready info, features)``."""
     wait_until_idle(config.idle_threshold, max_wait_s=config.idle_wait_s)
     worker = Worker(spec, config, place, extra_env, deadline=time.monotonic() + config.timeout_s)
     try:
         info = worker.recv("ready", config.timeout_s)
         window = common_window(config, [info["step_ms"]], 1)
-        (win,), share = measure_together([worker], window, config.min_window_steps)
+        (win,), _ = measure_together([worker], window, config.min_window_steps)
         if probe is not None:
             probe.measure(worker, info["step_ms"], win.throughput)
         if features is None and feature_lookup is not None:
@@ -122,7 +125,7 @@ def _solo_repeat(spec, config, place, extra_env, feature_lookup, features, probe
             worker.send(cmd="features", trace_steps=config.trace_steps)
             features = worker.recv("features", config.timeout_s)["features"]
             features["_computed"] = True
-        return win, share, info, features
+        return win, info, features
     except WorkerFailed as exc:
         raise ProfileFailed(exc.status, exc.error) from None
     finally:
@@ -192,12 +195,6 @@ class _ProbeRun:
             self.worker = None
 
 
-def _name(spec: str) -> str:
-    from sharewise.profiler.workloads import workload_name
-
-    return workload_name(spec)
-
-
 def add_pm_scores(rows: list[dict]) -> list[dict]:
     """Set each row's ``pm_score``: its throughput relative to the median over the devices profiled.
 
@@ -210,3 +207,27 @@ def add_pm_scores(rows: list[dict]) -> list[dict]:
     for r in rows:
         r["pm_score"] = r["throughput"] / median
     return rows
+
+
+def noisy_profile_warning(row: dict, repeats: int) -> str | None:
+    """Return a warning when a profile's repeats disagree by more than ``NOISY_CV``, else None.
+
+    On a shared machine one profile can land in a disturbed stretch; its throughput and above all its probe
+    sensitivity (the predictor's starting point) then mislead every prediction for that job. ``row`` is a
+    profiles-table row (``cv``, ``probe_cv``; NaN or absent means not measured), ``repeats`` the repeats
+    it was profiled with (the warning suggests two more).
+
+    >>> noisy_profile_warning({"workload": "ncf", "cv": 0.24, "probe_cv": 0.03}, repeats=3).split(";")[0]
+    'ncf: repeats disagree on throughput by 24% (more than 10%)'
+    >>> noisy_profile_warning({"workload": "ncf", "cv": 0.02}, repeats=3) is None
+    True
+    """
+    spreads = {"throughput": row.get("cv", math.nan), "probe sensitivity": row.get("probe_cv", math.nan)}
+    noisy = [f"{name} by {value * 100:.0f}%" for name, value in spreads.items() if value > NOISY_CV]
+    if not noisy:
+        return None
+    return (
+        f"{row['workload']}: repeats disagree on {' and '.join(noisy)} (more than {NOISY_CV * 100:.0f}%); "
+        "if the machine was busy, profile it again when it is idle, or with more repeats "
+        f"(--repeats {repeats + 2})"
+    )

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING, Any
 
-from sharewise.profiler.flops import CATEGORIES, VIEW, op_category
+from sharewise.profiler.taxonomy import CATEGORIES, VIEW, kernel_category, op_category
+from sharewise.stats import percentile
 
 if TYPE_CHECKING:
     from sharewise.profiler.workloads.base import Workload
@@ -14,53 +14,6 @@ if TYPE_CHECKING:
 WINDOW_NAME = "sharewise::window"
 #: Prefix of the ``record_function`` range that ``torch.optim.Optimizer.step`` opens.
 _OPTIMIZER_SCOPE = "Optimizer.step#"
-
-# CUDA kernel names are not aten names (``ampere_sgemm_128x64_nn``,
-# ``void at::native::vectorized_elementwise_kernel<...>``). These patterns, tried in order, are the
-# fallback when the launching aten op is unknown or uninformative. Copy kernels come before elementwise
-# because torch runs them through ``unrolled_elementwise_kernel<direct_copy_kernel...>``.
-_KERNEL_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("optimizer", re.compile(r"multi_tensor_apply|fused_?adam|fused_?sgd|foreach")),
-    (
-        "gemm_conv",
-        re.compile(
-            r"gemm|gemv|cutlass|xmma|wgmma|cublas|conv(?!ert)|winograd|fprop|dgrad|wgrad|"
-            r"flash|fmha|attention|sm\d\d_|dot_kernel|lstm|rnn"
-        ),
-    ),
-    ("normalization", re.compile(r"norm|(?:^|[^a-z])bn_")),
-    ("embedding", re.compile(r"embedding")),
-    ("reduction", re.compile(r"reduce|softmax|nll_loss|cross_entropy|pool|argmax|argmin")),
-    (
-        "data_movement",
-        re.compile(
-            r"memcpy|memset|copy|concat|catarray|gather|scatter|index|transpose|permute|"
-            r"nchwtonhwc|nhwctonchw|pad"
-        ),
-    ),
-    (
-        "elementwise",
-        re.compile(r"elementwise|vectorized|unrolled|fill|relu|gelu|silu|sigmoid|tanh|dropout|activation"),
-    ),
-)
-
-
-def kernel_category(kernel_name: str) -> str:
-    """Return the op category of a CUDA kernel from its name alone (one of ``CATEGORIES``).
-
-    Examples
-    --------
-    >>> kernel_category("sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32")
-    'gemm_conv'
-    >>> kernel_category("void at::native::vectorized_elementwise_kernel<4, at::native::AddFunctor<float>>")
-    'elementwise'
-    """
-    lowered = kernel_name.lower()
-    for category, pattern in _KERNEL_PATTERNS:
-        if pattern.search(lowered):
-            return category
-    return "other"
-
 
 def event_category(event: dict[str, Any]) -> str:
     """Return the category of one trace event (a dict as made by ``collect_events``).
@@ -94,17 +47,6 @@ def _union_length(intervals: list[tuple[float, float]]) -> float:
     if cur_end is not None:
         total += cur_end - cur_start
     return total
-
-
-def _percentile(sorted_values: list[float], q: float) -> float:
-    # numpy's default ("linear") interpolation, written out so the pure function needs no numpy and the
-    # hand-computed test numbers follow one stated rule.
-    if not sorted_values:
-        return 0.0
-    pos = (len(sorted_values) - 1) * q / 100.0
-    lo = int(pos)
-    hi = min(lo + 1, len(sorted_values) - 1)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
 
 
 def trace_features(
@@ -157,8 +99,8 @@ def trace_features(
         "f_launch_rate": n / wall_s,
         "f_busy_frac": min(max(busy_us / (wall_s * 1e6), 0.0), 1.0),
         "f_kernel_mean_us": total_us / n if n else 0.0,
-        "f_kernel_p95_us": _percentile(durations, 95.0),
-        "f_kernel_p99_us": _percentile(durations, 99.0),
+        "f_kernel_p95_us": percentile(durations, 95.0),
+        "f_kernel_p99_us": percentile(durations, 99.0),
     }
     for c in CATEGORIES:
         features[f"f_timeshare_{c}"] = by_category[c] / total_us if total_us > 0 else 0.0

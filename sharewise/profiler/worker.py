@@ -26,7 +26,8 @@ import threading
 import time
 import traceback
 
-# Imported by the driver too; keep torch out of module import.
+# Imported by the driver too; keep torch out of module import (sharewise.stats is plain Python).
+from sharewise.stats import percentile
 
 
 def _is_oom(exc: BaseException) -> bool:
@@ -119,25 +120,20 @@ def warm_up(workload, sync, min_steps: int, max_s: float, tolerance: float) -> d
 
 
 def summarize_window(times: list[float], elapsed: float) -> dict:
-    """Return throughput and step-time percentiles of one window (pure).
+    """Return throughput and step-time percentiles (``sharewise.stats.percentile``) of one window (pure).
 
     >>> summarize_window([0.1, 0.1, 0.2, 0.1], 0.5)["throughput"]
     8.0
     """
-    ordered = sorted(times)
-    n = len(ordered)
-
-    def pct(q: float) -> float:
-        return ordered[min(n - 1, int(round(q * (n - 1))))] * 1e3
-
+    n = len(times)
     return {
         "steps": n,
         "elapsed_s": elapsed,
         "throughput": n / elapsed,
-        "step_mean_ms": sum(ordered) / n * 1e3,
-        "step_p50_ms": pct(0.50),
-        "step_p95_ms": pct(0.95),
-        "step_p99_ms": pct(0.99),
+        "step_mean_ms": sum(times) / n * 1e3,
+        "step_p50_ms": percentile(times, 50.0) * 1e3,
+        "step_p95_ms": percentile(times, 95.0) * 1e3,
+        "step_p99_ms": percentile(times, 99.0) * 1e3,
     }
 
 

@@ -6,6 +6,8 @@ Format (stanford-futuredata/gavel, ``scheduler/simulation_throughputs.json``)::
                                        "('<other job type>', <scale>)": [<this job's steps/s>, <other's>]}}}
 
 Only scale-1 (single-GPU) entries hold co-location measurements. Each (job type, GPU) becomes a profile; the
+isolated throughputs of its multi-GPU entries (the whole job's steps/s on 2, 4, 8 GPUs) go into the
+profile's ``scale_throughputs`` column, so Gavel's job traces replay with the right durations; the
 workload name is Gavel's job type verbatim (``"ResNet-18 (batch size 16)"``), so Gavel's job traces, whose
 ``job_type`` column uses the same strings, can be replayed against the imported pairs. Each unordered pair
 of job types on a GPU becomes one pair row: ``slowdown = isolated / co-located`` throughput, and ``[0, 0]``
@@ -15,9 +17,10 @@ placements of the same single-GPU numbers and are skipped.
 
 Gavel gives no profiler features, so the device-independent features (FLOPs, parameter and activation
 bytes, op mix) of the zoo configuration that Gavel's job command runs (``ZOO_WORKLOADS``: a zoo workload and
-config overrides, e.g. ResNet-18 is the 32 px CIFAR-10 model and LM the 200-unit LSTM) are computed on the
-``meta`` device at the job's batch size, once per (configuration, batch size), and cached in
-``static_features.json`` in the output folder so a re-import does not recompute them.
+config overrides, e.g. ResNet-18 is the 32 px CIFAR-10 model and LM the 200-unit LSTM) are asked of the
+request's ``StaticCounter`` (the profiler counts them on the ``meta`` device and caches them) once per
+(configuration, batch size). Without a counter, or where counting fails, they stay missing (NaN), with a
+warning that says why.
 """
 
 from __future__ import annotations
@@ -27,17 +30,23 @@ import json
 import math
 import os
 import re
-import uuid
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from sharewise.datasets.importers import ImportResult
+from sharewise.datasets.importers import (
+    Importer,
+    ImportFlag,
+    ImportInput,
+    ImportRequest,
+    ImportResult,
+    StaticCounter,
+)
 from sharewise.datasets.store import Dataset, utc_now
-from sharewise.errors import DatasetError, SchemaError
+from sharewise.errors import DatasetError, SchemaError, SharewiseError
 
 # Gavel model name -> our family name (families named after Gavel's model families).
 GAVEL_FAMILIES: dict[str, str] = {
@@ -91,9 +100,6 @@ ZOO_WORKLOADS: dict[str, ZooMatch] = {
 }
 
 GAVEL_MODE = "timeslice"
-STATIC_CACHE_NAME = "static_features.json"
-# 2: keys name the configuration (zoo workload plus overrides), ResNet-18 is the CIFAR model.
-_STATIC_CACHE_VERSION = 2
 _JOB_TYPE = re.compile(r"^(?P<model>.+?) \(batch size (?P<batch>\d+)\)$")
 
 
@@ -130,8 +136,7 @@ def _family(model: str) -> str:
 def import_gavel(
     path: str | os.PathLike,
     out: str | os.PathLike,
-    static_features: bool = True,
-    refresh_static: bool = False,
+    static_counter: StaticCounter | None = None,
 ) -> ImportResult:
     """Import a Gavel ``simulation_throughputs.json`` into dataset folder ``out``.
 
@@ -141,10 +146,9 @@ def import_gavel(
         The throughputs file.
     out : path
         Dataset folder to write (created if needed; new files are added next to existing ones).
-    static_features : bool
-        Compute device-independent features from the zoo workload of the same architecture.
-    refresh_static : bool
-        Recompute those features even when ``out/static_features.json`` caches them.
+    static_counter : callable, optional
+        Counts the device-independent features of the zoo configuration of each job type
+        (``StaticCounter``); without one, those features are left out.
 
     Returns
     -------
@@ -177,6 +181,7 @@ def import_gavel(
 
     # Isolated throughputs and the job types seen, per GPU.
     isolated: dict[tuple[str, str], float] = {}
+    scaled: dict[tuple[str, str], dict[int, float]] = {}  # (gpu, job) -> {GPUs: steps/s of the whole job}
     job_types: list[str] = []
     for gpu in gpus:
         table = data[gpu]
@@ -186,11 +191,14 @@ def import_gavel(
             )
         for key, row in table.items():
             job, scale = _parse_key(key, source)
-            if scale != 1:
-                continue
             if not isinstance(row, dict) or "null" not in row:
                 raise SchemaError(f"{source}: {gpu}/{key} lacks the isolated throughput under key 'null'")
             iso = _number(row["null"], source, f"{gpu}/{key}/null")
+            if scale != 1:
+                # Multi-GPU jobs: only the isolated rate of the whole job, for replaying traces.
+                if iso > 0:
+                    scaled.setdefault((gpu, job), {})[scale] = iso
+                continue
             if iso > 0:
                 isolated[(gpu, job)] = iso
             else:
@@ -198,13 +206,13 @@ def import_gavel(
             if job not in job_types:
                 job_types.append(job)
 
-    static = _StaticFeatures(Path(out), enabled=static_features, refresh=refresh_static)
+    static = _StaticFeatures(static_counter)
     profile_rows = []
     for gpu, job in isolated:
         model, batch = parse_job_type(job)
         zoo = ZOO_WORKLOADS.get(model)
         feats, zoo_batch = static.get(zoo, batch, job) if zoo else ({}, None)
-        if zoo is None and static_features:
+        if zoo is None and static_counter is not None:
             static.note_missing(job, f"no zoo workload of the same architecture as Gavel model {model!r}")
         iso = isolated[(gpu, job)]
         profile_rows.append(
@@ -224,6 +232,7 @@ def import_gavel(
                 "size": "full",
                 "source": "gavel",
                 "f_batch_size": float(batch) if batch else math.nan,
+                "scale_throughputs": json.dumps({1: iso, **dict(sorted(scaled.get((gpu, job), {}).items()))}),
                 **feats,
             }
         )
@@ -271,7 +280,6 @@ def import_gavel(
         files.append(ds.write_profiles(profiles))
         if len(pairs):
             files.append(ds.write_pairs(pairs))
-        static.save()
     counts = pairs["status"].value_counts().to_dict() if len(pairs) else {}
     return ImportResult(
         out=ds.path,
@@ -331,106 +339,61 @@ def _pair_row(gpu, job_a, job_b, isolated, coloc_a, coloc_b, created) -> dict:
 
 
 class _StaticFeatures:
-    """Device-independent features per (zoo workload, batch size), computed lazily and cached on disk."""
+    """Device-independent features per (zoo configuration, batch size), asked of the counter once each."""
 
-    def __init__(self, out: Path, enabled: bool, refresh: bool) -> None:
-        self.enabled = enabled
-        self.path = Path(out) / STATIC_CACHE_NAME
-        self.cache: dict[str, dict] = {} if refresh else self._read()
-        self.computed = 0
-        self.reused = 0
+    def __init__(self, counter: StaticCounter | None) -> None:
+        self.counter = counter
+        self.known: dict[str, tuple[dict, int | None]] = {}
         self.failed: dict[str, str] = {}
-        self.dirty = False
-
-    def _read(self) -> dict[str, dict]:
-        if not self.path.is_file():
-            return {}
-        try:
-            payload = json.loads(self.path.read_text())
-        except json.JSONDecodeError:
-            return {}  # a damaged cache is only a cache: recompute
-        if payload.get("version") != _STATIC_CACHE_VERSION:
-            return {}
-        return payload.get("entries", {})
 
     def get(self, zoo: ZooMatch, batch: int | None, job: str) -> tuple[dict, int | None]:
-        if not self.enabled:
+        if self.counter is None:
             return {}, None
         key = f"{zoo.key()}|{batch if batch else 'default'}"
-        if key in self.cache:
-            entry = self.cache[key]
-            self.reused += 1
-            return dict(entry["features"]), entry.get("batch_size")
+        if key not in self.known and key not in self.failed:
+            try:
+                feats, used = self.counter(zoo.key(), batch)
+            except SharewiseError as exc:
+                self.failed[key] = f"counting zoo configuration {zoo.key()!r} failed: {exc}"
+                self.note_missing(job, self.failed[key])
+                return {}, None
+            self.known[key] = ({k: v for k, v in feats.items() if k != "f_batch_size"}, used)
         if key in self.failed:
             return {}, None
-        feats, used_batch, problem = _compute_static(zoo, batch)
-        if problem:
-            self.failed[key] = problem
-            self.note_missing(job, problem)
-            return {}, None
-        self.cache[key] = {"features": feats, "batch_size": used_batch}
-        self.computed += 1
-        self.dirty = True
-        return dict(feats), used_batch
+        feats, used = self.known[key]
+        return dict(feats), used
 
     def note_missing(self, job: str, why: str) -> None:
         self.failed.setdefault(f"job:{job}", why)
 
     def warnings(self) -> list[str]:
-        if not self.enabled:
+        if self.counter is None:
             return ["static features not computed (disabled); device-independent f_* columns are absent"]
         out = []
         for key, why in self.failed.items():
-            what = key[len("job:") :] if key.startswith("job:") else key
-            out.append(f"static features left missing (NaN) for {what}: {why}")
+            if key.startswith("job:"):
+                out.append(f"static features left missing (NaN) for {key[len('job:'):]}: {why}")
         return out
 
     def counts(self) -> dict[str, int]:
-        return {"computed": self.computed, "cached": self.reused, "missing": len(self.failed)}
-
-    def save(self) -> None:
-        if not self.dirty:
-            return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".tmp-{uuid.uuid4().hex}.json")
-        tmp.write_text(
-            json.dumps({"version": _STATIC_CACHE_VERSION, "entries": self.cache}, indent=1, sort_keys=True)
-        )
-        os.replace(tmp, self.path)
+        """``{"counted": configurations counted, "missing": job types left without them}``; ``{}`` when off."""
+        if self.counter is None:
+            return {}
+        missing = sum(1 for k in self.failed if k.startswith("job:"))
+        return {"counted": len(self.known), "missing": missing}
 
 
-def _compute_static(zoo: ZooMatch, batch: int | None) -> tuple[dict, int | None, str | None]:
-    """Return (features, batch size used, problem); a problem leaves the features missing, never fails.
+def _run(request: ImportRequest) -> ImportResult:
+    counter = None if "no_static" in request.flags else request.static_counter
+    return import_gavel(request.inputs["path"], request.out, static_counter=counter)
 
-    The zoo workload is built at ``size="full"`` with ``zoo.overrides`` replacing fields of its config
-    before ``build``, on the ``meta`` device: counting needs shapes, not memory or compute.
-    """
-    try:
-        import torch
 
-        from sharewise.profiler.flops import static_features
-        from sharewise.profiler.workloads import load_workload_class
-    except ImportError as exc:
-        return {}, None, f"the static feature counter is not available ({exc})"
-    try:
-        cls = load_workload_class(zoo.workload)
-        workload = cls(batch_size=batch, size="full")
-        if zoo.overrides:
-            workload.cfg = replace(workload.cfg, **dict(zoo.overrides))
-        workload.build(torch.device("meta"))
-        try:
-            raw = static_features(workload)
-        finally:
-            workload.close()
-    except Exception as exc:  # a zoo or counter bug must not block an import: leave the features NaN
-        problem = f"computing them for zoo workload {zoo.key()!r} failed ({type(exc).__name__}: {exc})"
-        return {}, None, problem
-    feats = {}
-    for name, value in dict(raw).items():
-        if isinstance(name, str) and name.startswith("f_") and name != "f_batch_size":
-            try:
-                number = float(value)
-            except (TypeError, ValueError):
-                continue
-            feats[name] = number if math.isfinite(number) else math.nan
-    return feats, int(workload.batch_size), None
+IMPORTER = Importer(
+    name="gavel",
+    summary="Import Gavel's measured co-location throughputs (K80, P100, V100).",
+    example="sharewise import gavel ../shared/data/gavel/simulation_throughputs.json --out gavel-ds",
+    inputs=(ImportInput("path", "Gavel's simulation_throughputs.json."),),
+    flags=(ImportFlag("no_static", "Skip the zoo's device-independent features."),),
+    run=_run,
+    wants_static_features=True,
+)

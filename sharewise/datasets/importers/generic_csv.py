@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sharewise.datasets.importers import ImportResult
+from sharewise.datasets.importers import Importer, ImportInput, ImportRequest, ImportResult
 from sharewise.datasets.schema import PAIR_STATUSES, PROFILE_COLUMNS, PROFILE_OPTIONAL
 from sharewise.datasets.store import Dataset, utc_now
 from sharewise.errors import DatasetError, SchemaError
@@ -288,3 +288,19 @@ def import_csv(profiles: str | os.PathLike, pairs: str | os.PathLike, out: str |
 
 
 __all__ = ["import_csv", "numeric_column", "read_table"]
+
+
+def _run(request: ImportRequest) -> ImportResult:
+    return import_csv(request.inputs["profiles"], request.inputs["pairs"], request.out)
+
+
+IMPORTER = Importer(
+    name="csv",
+    summary="Import anyone's measurements from two CSV files (generic format).",
+    example="sharewise import csv --profiles profiles.csv --pairs pairs.csv --out my-ds",
+    inputs=(
+        ImportInput("profiles", "CSV: workload, optional family and device_name, numeric features.", option=True),
+        ImportInput("pairs", "CSV: workload_a, workload_b, slowdown_a, slowdown_b, ...", option=True),
+    ),
+    run=_run,
+)

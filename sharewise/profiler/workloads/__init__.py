@@ -1,6 +1,7 @@
 """Workload registry: built-in names map lazily to classes; user workloads load from ``file.py:Class``.
 
 Everything (CLI choices, tests, docs) reads ``REGISTRY``; importing this module does not import torch.
+A spec is a built-in name, ``path/to/file.py:ClassName`` or ``package.module:ClassName``.
 """
 
 from __future__ import annotations
@@ -8,36 +9,44 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sharewise.errors import UnknownWorkloadError, WorkloadContractError
+from sharewise.errors import ConfigError, UnknownWorkloadError, WorkloadContractError
+from sharewise.registry import Registry
 
 if TYPE_CHECKING:
     from sharewise.profiler.workloads.base import Workload
 
-# name -> "module:ClassName" inside this package. Keep sorted by family.
-REGISTRY: dict[str, str] = {
-    "bert": "nlp:Bert",
-    "bert_infer": "nlp:BertInfer",
-    "dcgan": "gan:DCGAN",
-    "cyclegan": "gan:CycleGAN",
-    "gpt2": "nlp:GPT2",
-    "lstm_lm": "nlp:LSTMLM",
-    "mobilenet_v2": "vision:MobileNetV2",
-    "pointnet": "pointcloud:PointNet",
-    "ncf": "recsys:NCF",
-    "dae_cf": "recsys:DAECF",
-    "resnet18": "vision:ResNet18",
-    "resnet18_cifar": "vision:ResNet18CIFAR",
-    "resnet50": "vision:ResNet50",
-    "resnet50_infer": "vision:ResNet50Infer",
-    "a3c": "rl:A3C",
-    "a3c_lstm": "rl:A3CLSTM",
-    "ppo": "rl:PPO",
-    "transformer": "nlp:Transformer",
-    "vgg16": "vision:VGG16",
-}
+#: name -> ``module:ClassName`` inside this package, grouped by family.
+REGISTRY: Registry[type[Workload]] = Registry(
+    "workload",
+    "sharewise.profiler.workloads",
+    {
+        "bert": "nlp:Bert",
+        "bert_infer": "nlp:BertInfer",
+        "dcgan": "gan:DCGAN",
+        "cyclegan": "gan:CycleGAN",
+        "gpt2": "nlp:GPT2",
+        "lstm_lm": "nlp:LSTMLM",
+        "mobilenet_v2": "vision:MobileNetV2",
+        "pointnet": "pointcloud:PointNet",
+        "ncf": "recsys:NCF",
+        "dae_cf": "recsys:DAECF",
+        "resnet18": "vision:ResNet18",
+        "resnet18_cifar": "vision:ResNet18CIFAR",
+        "resnet50": "vision:ResNet50",
+        "resnet50_infer": "vision:ResNet50Infer",
+        "a3c": "rl:A3C",
+        "a3c_lstm": "rl:A3CLSTM",
+        "ppo": "rl:PPO",
+        "transformer": "nlp:Transformer",
+        "vgg16": "vision:VGG16",
+    },
+    signature="Workload subclass: cls(batch_size=None, size='small'); build(device), step(), close()",
+    error=UnknownWorkloadError,
+)
 
 _REQUIRED_METHODS = ("build", "step", "close")
 
@@ -57,9 +66,7 @@ def load_workload_class(spec: str) -> type[Workload]:
         raise UnknownWorkloadError(f"workload spec must be a non-empty string, got {spec!r}")
     spec = spec.strip()
     if spec in REGISTRY:
-        module_name, _, class_name = REGISTRY[spec].partition(":")
-        module = importlib.import_module(f"sharewise.profiler.workloads.{module_name}")
-        return getattr(module, class_name)
+        return REGISTRY.get(spec)
     if ":" not in spec:
         raise UnknownWorkloadError(
             f"unknown workload {spec!r}; known workloads: {', '.join(workload_names())}. "
@@ -106,6 +113,24 @@ def workload_name(spec: str) -> str:
         return spec
     cls = load_workload_class(spec)
     return getattr(cls, "name", "") or cls.__name__
+
+
+def resolve_specs(specs: Sequence[str]) -> list[tuple[str, str]]:
+    """Validate workload specs up front (before any run) and return ``(spec, recorded name)`` pairs.
+
+    >>> resolve_specs(["resnet18", "ncf"])
+    [('resnet18', 'resnet18'), ('ncf', 'ncf')]
+    """
+    if not specs:
+        raise ConfigError("no workloads given; name at least one (see 'sharewise workloads')")
+    resolved, seen = [], set()
+    for spec in specs:
+        name = workload_name(spec)
+        if name in seen:
+            raise ConfigError(f"workload {name!r} is listed twice; self-pairs are measured automatically")
+        seen.add(name)
+        resolved.append((spec, name))
+    return resolved
 
 
 def _import_file(path: Path, spec: str):

@@ -1,0 +1,330 @@
+"""``sharewise recommend``: predict every pair of the queued and resident workloads, then plan the pairing.
+
+The pipeline around the pure solver (``sharewise.policy.pairing``): read the model, the profiles, the queue
+and cluster files; predict; forbid pairs that do not fit in memory (their raw peaks, and their memory limits
+of ``sharewise.deploy.plan``) or were measured out of memory; plan; and explain the shared placements.
+``deploy`` then turns the plan into the neutral deployment plan and writes it in a stack's format.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from sharewise.datasets.tables import read_table_csv
+from sharewise.deploy import EMITTERS, render
+from sharewise.deploy.plan import (
+    MEMORY_MARGIN_BYTES,
+    MEMORY_MARGIN_FRACTION,
+    DeployPlan,
+    Device,
+    WorkloadResources,
+    build_deploy_plan,
+    limits_fit,
+    memory_limit,
+    workload_resources,
+)
+from sharewise.errors import ConfigError, DatasetError, TraceError
+from sharewise.policy.jobs import CLUSTER_COLUMNS, QUEUE_COLUMNS
+from sharewise.policy.pairing import Plan, plan_pairs
+from sharewise.policy.table import SlowdownTable
+from sharewise.predictor.memory import DEVICE_MEMORY
+
+#: ``--sharing auto`` picks the measured mode if it is one of these GPU modes, else the first (CUDA's default).
+AUTO = "auto"
+
+
+@dataclass(frozen=True)
+class RecommendConfig:
+    """Inputs of ``sharewise recommend``: a saved model, the dataset with the jobs' solo profiles, the queue,
+    and the GPUs (``gpus`` free GPUs, or a ``cluster`` CSV of GPUs and their resident jobs)."""
+
+    model: str
+    data: str
+    queue: str
+    gpus: int | None = None
+    cluster: str | None = None
+    max_slowdown: float = 2.0
+    device_name: str | None = None
+    method: str = "auto"
+    top: int = 3
+    max_explained: int = 20
+    sharing: str = AUTO
+    node: str | None = None
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """A recommendation written for a stack: the pairing, the neutral plan, the format, its text and file."""
+
+    plan: Plan
+    deploy: DeployPlan
+    emit: str
+    text: str
+    out: str | None
+
+
+@dataclass
+class _Solved:
+    plan: Plan
+    device: str
+    profiles: pd.DataFrame
+    workloads: list[str]
+    measured_modes: list[str]
+    device_memory: float | None
+    resources: dict[str, WorkloadResources]
+    cluster: pd.DataFrame | None
+
+
+def recommend(config: RecommendConfig) -> Plan:
+    """Run ``sharewise recommend``: predict every pair of the queued and resident workloads, then plan.
+
+    Pairs that cannot fit in memory (combined ``f_mem_*`` above ``f_device_mem_bytes``, or memory limits
+    of ``sharewise.deploy.plan.memory_limit`` that do not fit together) or that the dataset measured as
+    ``oom`` may not share. Each shared placement gets a ``why``: the top feature contributions to both
+    predicted slowdowns (``model.explain``), for up to ``max_explained`` distinct workload pairs.
+    """
+    return _solve(config, strict=False).plan
+
+
+def deploy(config: RecommendConfig, emit: str, out: str | os.PathLike | None = None) -> Deployment:
+    """Recommend, then write the plan in format ``emit`` (``sharewise.deploy.EMITTERS``) to ``out``.
+
+    Unlike ``recommend``, a pair whose memory limit cannot be known (no memory in a profile, device memory
+    unknown) may not share, since its limits could not be checked. The GPUs' nodes come from the cluster
+    CSV's ``node`` column (or ``config.node`` with ``--gpus N``), their UUIDs from a ``gpu_uuid`` column,
+    their indices from a ``gpu_index`` column or the ``gpu`` id itself (``3``, ``node1:3``). ``out`` is
+    written atomically; None writes nothing (the caller prints ``text``).
+    """
+    EMITTERS.check(emit)
+    sharing_choice = _check_sharing(config.sharing)
+    solved = _solve(config, strict=True)
+    devices = _devices(config, solved.cluster)
+    sharing, note = _sharing(sharing_choice, solved.measured_modes)
+    if note:
+        solved.plan.notes.append(note)
+    neutral = build_deploy_plan(
+        solved.plan,
+        devices=devices,
+        resources=solved.resources,
+        sharing=sharing,
+        device_memory=solved.device_memory,
+        device_name=solved.device,
+        measured_modes=solved.measured_modes,
+        model=config.model,
+        max_slowdown=config.max_slowdown,
+    )
+    text = render(neutral, emit)
+    if out is not None:
+        _write(Path(out), text)
+    return Deployment(solved.plan, neutral, emit, text, None if out is None else str(out))
+
+
+def _solve(config: RecommendConfig, strict: bool) -> _Solved:
+    from sharewise.datasets.store import open_dataset
+    from sharewise.predictor import SlowdownRegressor, predict_pairs
+    from sharewise.predictor.api import explain_pair
+    from sharewise.predictor.memory import memory_fit
+
+    model = SlowdownRegressor.load(config.model)
+    ds = open_dataset(config.data, profiles=True)
+    profiles = ds.read_profiles()
+    queue = read_table_csv(config.queue, "queue", QUEUE_COLUMNS)
+    cluster = read_table_csv(config.cluster, "cluster", CLUSTER_COLUMNS) if config.cluster else None
+    needed = sorted(
+        set(queue["workload"].astype(str).str.strip())
+        | (
+            set(cluster["workload"].fillna("").astype(str).str.strip()) - {""}
+            if cluster is not None and "workload" in cluster.columns
+            else set()
+        )
+    )
+    device = _device(profiles, needed, config.device_name)
+    prof = profiles[profiles["device_name"].astype(str) == device]
+    missing = sorted(set(needed) - set(prof["workload"].astype(str)))
+    if missing:
+        raise DatasetError(
+            f"no profile on device {device!r} of workload(s) {missing[:10]}; profile them first "
+            f"('sharewise profile WORKLOAD --out {config.data}')"
+        )
+    i, j = np.triu_indices(len(needed))
+    names = np.array(needed, dtype=object)
+    candidates = pd.DataFrame({"workload_a": names[i], "workload_b": names[j], "device_name": device})
+    predictions = predict_pairs(model, prof, candidates)
+    table = SlowdownTable.from_predictions(predictions, workloads=needed)
+    notes = []
+    fits, note = memory_fit(prof, needed)
+    notes.append(note)
+    device_memory = _device_memory(prof, needed)
+    resources = workload_resources(prof, needed)
+    allowed, note = _limits_allowed(fits, resources, needed, device_memory, strict)
+    notes.append(note)
+    measured = ds.read_pairs() if ds.pairs_dir.is_dir() else None
+    if measured is not None:
+        oom = measured[(measured["status"] == "oom") & (measured["device_name"].astype(str) == device)]
+        index = {w: n for n, w in enumerate(needed)}
+        for a, b in zip(oom["workload_a"], oom["workload_b"], strict=True):
+            if a in index and b in index:
+                allowed[index[a], index[b]] = allowed[index[b], index[a]] = False
+    table = table.restricted(allowed)
+    plan = plan_pairs(
+        queue,
+        table,
+        gpus=config.gpus,
+        cluster=cluster,
+        max_slowdown=config.max_slowdown,
+        method=config.method,
+    )
+    explained: dict[tuple[str, str], dict] = {}
+    for p in plan.placements:
+        if p["kind"] == "alone":
+            continue
+        key = (p["workloads"][0], p["workloads"][1])
+        if key not in explained and len(explained) < config.max_explained:
+            why = explain_pair(model, prof, key[0], key[1], device, top=config.top)
+            explained[key] = {
+                side: [
+                    {"feature": c["feature"], "contribution": round(c["contribution"], 4)}
+                    for c in why[side]["contributions"]
+                ]
+                for side in ("a", "b")
+            }
+        if key in explained:
+            p["why"] = explained[key]
+    shared = {(p["workloads"][0], p["workloads"][1]) for p in plan.placements if p["kind"] != "alone"}
+    if len(shared) > len(explained):
+        notes.append(
+            f"explained the first {len(explained)} of {len(shared)} distinct shared workload pairs "
+            "(raise max_explained for more)"
+        )
+    notes.append(f"device {device!r}; slowdowns predicted by {config.model}")
+    plan.notes = notes
+    modes = _measured_modes(measured, prof, device)
+    return _Solved(plan, device, prof, needed, modes, device_memory, resources, cluster)
+
+
+def _device_memory(prof: pd.DataFrame, workloads: list[str]) -> float | None:
+    """The smallest device memory among the workloads' profiles (as ``memory_fit`` checks), None if unknown."""
+    if DEVICE_MEMORY not in prof.columns:
+        return None
+    per = pd.to_numeric(prof[DEVICE_MEMORY], errors="coerce").groupby(prof["workload"]).median()
+    value = float(per.reindex(workloads).min())
+    return value if np.isfinite(value) else None
+
+
+def _limits_allowed(fits, resources, workloads, device_memory, strict) -> tuple[np.ndarray, str]:
+    """``fits`` narrowed to pairs whose memory limits fit together; unknown limits block only if ``strict``."""
+    limits = np.array([memory_limit(resources[w].peak_memory_bytes) or np.nan for w in workloads], dtype=float)
+    ok = limits_fit(limits, device_memory)
+    unknown = ~np.isfinite(limits[:, None] + limits[None, :]) | (device_memory is None)
+    if not strict:
+        ok |= unknown
+    allowed = fits & ok
+    blocked = int(np.triu(fits & ~allowed).sum())
+    memory = "unknown" if device_memory is None else f"{device_memory / 2**30:.1f} GiB"
+    note = (
+        f"memory limits (peak x {1 + MEMORY_MARGIN_FRACTION:g} + {MEMORY_MARGIN_BYTES // 2**20} MiB) checked "
+        f"against {memory}: {blocked} more workload pair(s) may not share"
+    )
+    if strict and np.triu(unknown).any():
+        note += "; pairs with an unknown limit may not share in a deployed plan"
+    return allowed, note
+
+
+def _measured_modes(measured: pd.DataFrame | None, prof: pd.DataFrame, device: str) -> list[str]:
+    """The sharing modes the device's pairs were measured in (else the profiles' modes)."""
+    if measured is not None and "mode" in measured.columns:
+        modes = measured.loc[measured["device_name"].astype(str) == device, "mode"].dropna().astype(str)
+        if len(modes):
+            return sorted(set(modes))
+    return sorted(set(prof["mode"].dropna().astype(str))) if "mode" in prof.columns else []
+
+
+def _check_sharing(choice: str) -> str:
+    from sharewise.profiler.modes import modes_for
+
+    allowed = [AUTO, *modes_for("cuda")]
+    if choice not in allowed:
+        raise ConfigError(f"--sharing must be one of {allowed}, got {choice!r}")
+    return choice
+
+
+def _sharing(choice: str, measured: list[str]) -> tuple[str, str | None]:
+    """The mode of the plan's shared GPUs, and a note where it is not the mode the slowdowns were measured in."""
+    from sharewise.profiler.modes import modes_for
+
+    gpu_modes = modes_for("cuda")
+    if choice == AUTO:
+        choice = measured[0] if len(measured) == 1 and measured[0] in gpu_modes else gpu_modes[0]
+    if measured == [choice]:
+        return choice, None
+    return choice, (
+        f"the slowdowns were measured in mode(s) {measured}, the plan shares GPUs by {choice}: the predictions "
+        f"carry over only as far as the modes interfere alike (choose with --sharing {' | '.join(gpu_modes)})"
+    )
+
+
+def _devices(config: RecommendConfig, cluster: pd.DataFrame | None) -> dict[str, Device]:
+    """Each GPU id of the plan: its node, index, UUID and where they came from."""
+    if cluster is None:
+        src = f"--gpus {config.gpus}"
+        return {str(g): Device(str(g), config.node, g, None, src) for g in range(config.gpus or 0)}
+    if config.node is not None:
+        raise ConfigError("--node names the node of --gpus N; with --cluster the CSV's 'node' column gives it")
+    out: dict[str, Device] = {}
+    for i, row in enumerate(cluster.to_dict("records")):
+        gpu = str(row.get("gpu", "")).strip()
+        if gpu in out:
+            continue
+        text = {c: str(row.get(c) or "").strip() for c in ("node", "gpu_uuid", "gpu_index")}
+        src = f"{config.cluster} line {i + 2}"
+        out[gpu] = Device(
+            gpu, text["node"] or None, _gpu_index(gpu, text["gpu_index"], src), text["gpu_uuid"] or None, src
+        )
+    return out
+
+
+def _gpu_index(gpu: str, given: str, source: str) -> int | None:
+    """The GPU's index on its node: the ``gpu_index`` column, else the number ending the id (``3``, ``n1:3``)."""
+    if given:
+        if not given.isdigit():
+            raise TraceError(f"{source}: column 'gpu_index' must be a whole number >= 0, got {given!r}")
+        return int(given)
+    match = re.fullmatch(r"(?:.*[:/])?(\d+)", gpu)
+    return int(match.group(1)) if match else None
+
+
+def _write(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically (a temp file in the same folder, then rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _device(profiles: pd.DataFrame, workloads: list[str], device_name: str | None) -> str:
+    present = sorted(set(profiles["device_name"].astype(str)))
+    if device_name is not None:
+        if device_name not in present:
+            raise DatasetError(f"no profiles on device {device_name!r}; the dataset holds {present}")
+        return device_name
+    of_jobs = sorted(set(profiles.loc[profiles["workload"].astype(str).isin(workloads), "device_name"].astype(str)))
+    if len(of_jobs) == 1:
+        return of_jobs[0]
+    if not of_jobs:
+        raise DatasetError(
+            f"no profile of any queued workload; the dataset's workloads: "
+            f"{', '.join(sorted(set(profiles['workload'].astype(str)))[:30])}"
+        )
+    raise ConfigError(f"the profiles cover several devices {of_jobs}; choose one with --device-name NAME")

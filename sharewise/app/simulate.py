@@ -1,0 +1,385 @@
+"""``sharewise simulate``: read the truth, the predictions, the trace and the cluster; simulate each policy.
+
+The CLI and the golden test both call ``run_simulation`` with a ``SimulationConfig``, so what the test pins
+is exactly what a user runs. The simulator itself (``sharewise.policy.simulator``) reads no files.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from sharewise.datasets.tables import read_predictions
+from sharewise.datasets.traces import AUTO, TRACE_FORMATS, Trace, TraceContext, detect_format, load_trace
+from sharewise.errors import ConfigError, DatasetError
+from sharewise.policy import get_policy, policy_names
+from sharewise.policy.simulator import Cluster, SimulationResult, seeded_speeds, simulate
+from sharewise.policy.table import SlowdownTable
+
+GAVEL_NOTES = (
+    "Measured pairs are single-GPU runs: a multi-GPU job that shares its GPUs uses its single-GPU slowdown "
+    "against that partner (and runs at its slowest GPU).",
+    "A pair measured as out of memory (oom) never shares; a pair never measured does not share either.",
+)
+# Digits kept in the JSON output, so the golden file does not depend on the last bits of a float.
+_JSON_DECIMALS = 4
+
+
+@dataclass(frozen=True)
+class SimulationConfig:
+    """Everything one ``sharewise simulate`` run needs, handed over whole.
+
+    ``data`` is the truth dataset folder (measured pairs and profiles); ``predictions`` (a CSV or Parquet file
+    of predictions) or ``model`` (a saved ``model.json``) replace the default out-of-fold predictions;
+    ``oracle`` shows the policies the truth; ``observe`` (on by default) lets them learn the measured
+    slowdown of each pair once it has run, as a real cluster sees it. ``max_slowdown`` is the SLO on a
+    job's realized slowdown. ``round_s`` calls the policies only at round boundaries (Gavel: 360 s);
+    ``preempt_delay_s`` is what restarting a preempted job costs (preemptive policies only).
+    """
+
+    trace: str
+    data: str = "reference"
+    policies: tuple[str, ...] = ()
+    trace_format: str = "auto"
+    n_gpus: int = 160
+    gpus_per_node: int = 8
+    device_name: str | None = None
+    mode: str | None = None
+    oracle: bool = False
+    predictions: str | None = None
+    model: str | None = None
+    group_by: str = "family"
+    max_slowdown: float = 2.0
+    seed: int = 0
+    speed_sigma: float = 0.0
+    pm_scores: str | None = None
+    cross_node_slowdown: float = 1.0
+    max_jobs: int | None = None
+    observe: bool = True
+    round_s: float | None = None
+    preempt_delay_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.trace_format != AUTO and self.trace_format not in TRACE_FORMATS:
+            raise ConfigError(
+                f"trace format must be one of {[AUTO, *TRACE_FORMATS.names()]}, got {self.trace_format!r}"
+            )
+        if not (math.isfinite(self.max_slowdown) and self.max_slowdown >= 1.0):
+            raise ConfigError(f"--max-slowdown must be a number >= 1.0, got {self.max_slowdown}")
+        if self.max_jobs is not None and self.max_jobs < 1:
+            raise ConfigError(f"--max-jobs must be >= 1, got {self.max_jobs}")
+        if sum(bool(x) for x in (self.oracle, self.predictions, self.model)) > 1:
+            raise ConfigError("choose at most one of --oracle, --predictions and --model")
+        if self.round_s is not None and not (math.isfinite(self.round_s) and self.round_s > 0):
+            raise ConfigError(f"--round-s must be a positive number of seconds, got {self.round_s}")
+
+
+@dataclass
+class SimulationReport:
+    """Results of every simulated policy, plus what the run assumed."""
+
+    config: SimulationConfig
+    n_jobs: int
+    n_gpus: int
+    results: dict[str, SimulationResult]
+    view: str
+    observe: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        """Return the ``--json`` object.
+
+        Example: ``{"jobs": 2000, "gpus": 160, "view": "predicted", "observe": True, "policies": {"sjf-bsbf":
+        {"avg_jct": 345600.0, "p95_jct": 2.1e6, "makespan": 1.4e7, "avg_queue": 24000.0, "utilization": 0.34,
+        "slo_violations": 336, "preemptions": 0}}}``; ``view`` is ``oracle`` or where predictions came from.
+        """
+        return {
+            "jobs": self.n_jobs,
+            "gpus": self.n_gpus,
+            "view": self.view,
+            "observe": self.observe,
+            "policies": {
+                name: {
+                    k: (round(v, _JSON_DECIMALS) if isinstance(v, float) else v) for k, v in r.metrics.items()
+                }
+                for name, r in self.results.items()
+            },
+        }
+
+
+@dataclass
+class SimulationInputs:
+    """What every policy of one ``simulate`` run shares: truth, trace, cluster, the policies' view, notes."""
+
+    truth: SlowdownTable
+    trace: Trace
+    cluster: Cluster
+    view: SlowdownTable | None
+    observe: bool
+    notes: list[str]
+
+
+def prepare(config: SimulationConfig) -> SimulationInputs:
+    """Read the truth, the trace and the predictions of ``config``; build the cluster; collect the notes."""
+    profiles, pairs = _read_truth(config.data)
+    truth = SlowdownTable.from_pairs(pairs, device_name=config.device_name, mode=config.mode)
+    if not truth.allowed.any():
+        raise DatasetError(
+            f"dataset {config.data!r} holds no measured pair with status 'ok' on device "
+            f"{truth.device_name!r}; the simulator needs measured slowdowns as its truth"
+        )
+    device = truth.device_name
+    notes = list(GAVEL_NOTES)
+    trace = _load_trace(config, profiles, truth, device)
+    notes.extend(trace.notes)
+    cluster = _cluster(config)
+    view, view_note = _policy_view(config, profiles, pairs, truth, device)
+    notes.append(view_note)
+    observe = config.observe and view is not None
+    if observe:
+        notes.append(
+            "Observe: once two workloads have run side by side, policies see their measured slowdowns "
+            "(--no-observe turns this off)."
+        )
+    if config.round_s:
+        notes.append(f"Rounds: policies start jobs only every {config.round_s:g} s.")
+    notes.append(
+        "Policies know each job's exclusive run time (as SJF schedulers assume) and which pairs fit in "
+        "memory; "
+        f"SLO: realized slowdown <= {config.max_slowdown:g}."
+    )
+    return SimulationInputs(truth=truth, trace=trace, cluster=cluster, view=view, observe=observe, notes=notes)
+
+
+def run_policy(name: str, inputs: SimulationInputs, config: SimulationConfig) -> SimulationResult:
+    """Simulate registered policy ``name`` on prepared inputs."""
+    return simulate(
+        inputs.trace,
+        get_policy(name),
+        inputs.truth,
+        inputs.view,
+        cluster=inputs.cluster,
+        slo=config.max_slowdown,
+        name=name,
+        observe=inputs.observe,
+        round_s=config.round_s,
+    )
+
+
+def run_simulation(config: SimulationConfig) -> SimulationReport:
+    """Load truth, predictions, trace and cluster from ``config``; simulate each policy on the same trace.
+
+    Returns
+    -------
+    SimulationReport
+        ``results`` maps each policy name to its ``SimulationResult``; ``to_json()`` gives the CLI's JSON.
+    """
+    names = list(config.policies) or policy_names()
+    for name in names:
+        get_policy(name)  # an unknown name fails before anything is read
+    inputs = prepare(config)
+    results = {name: run_policy(name, inputs, config) for name in names}
+    return SimulationReport(
+        config=config,
+        n_jobs=len(inputs.trace),
+        n_gpus=inputs.cluster.n_gpus,
+        results=results,
+        view="oracle" if inputs.view is None else inputs.view.source,
+        observe=inputs.observe,
+        notes=inputs.notes,
+    )
+
+
+# ---- pieces ------------------------------------------------------------------------------------------
+def _read_truth(data: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    from sharewise.datasets.store import open_dataset
+
+    ds = open_dataset(data, profiles=True, pairs=True)
+    return ds.read_profiles(), ds.read_pairs()
+
+
+def _device_profiles(profiles: pd.DataFrame, device: str, mode: str | None) -> pd.DataFrame:
+    sel = profiles[profiles["device_name"].astype(str) == device]
+    if mode is not None and (sel["mode"] == mode).any():
+        sel = sel[sel["mode"] == mode]
+    return sel
+
+
+def _load_trace(config: SimulationConfig, profiles: pd.DataFrame, truth: SlowdownTable, device: str) -> Trace:
+    """Load the trace with what any format may need: the device's isolated throughputs and its workloads."""
+    fmt = detect_format(config.trace) if config.trace_format == AUTO else config.trace_format
+    prof = _device_profiles(profiles, device, config.mode)
+    context = TraceContext(
+        # Several profiles of one workload (repeats): their median isolated throughput.
+        throughputs=prof.groupby("workload")["throughput"].median().to_dict(),
+        scale_throughputs=scale_curves(prof),
+        # Workloads that can share with at least one other: a draw of unshareable ones tells nothing.
+        workloads=[w for i, w in enumerate(truth.workloads) if truth.allowed[i].any()],
+        seed=config.seed,
+        n_gpus=config.n_gpus,
+    )
+    trace = load_trace(config.trace, format=fmt, context=context)
+    if config.max_jobs is not None:
+        trace = trace.head(config.max_jobs)
+    return trace
+
+
+def scale_curves(profiles: pd.DataFrame) -> dict[str, dict[int, float]]:
+    """Per workload, the whole job's isolated steps/s by GPU count (median over its profiles).
+
+    Single-GPU throughput comes from ``throughput``; more GPUs from the ``scale_throughputs`` column where a
+    source measured them (Gavel's importer). Example: ``{"LM (batch size 80)": {1: 28.2, 2: 58.1, 8: 231.2}}``.
+    """
+    values: dict[str, dict[int, list[float]]] = {}
+    extra = profiles["scale_throughputs"] if "scale_throughputs" in profiles.columns else [""] * len(profiles)
+    for w, tp, text in zip(profiles["workload"].astype(str), profiles["throughput"], extra, strict=True):
+        curve = values.setdefault(w, {})
+        curve.setdefault(1, []).append(float(tp))
+        for k, v in (json.loads(text) if text else {}).items():
+            if int(k) != 1:
+                curve.setdefault(int(k), []).append(float(v))
+    return {w: {k: float(np.median(v)) for k, v in sorted(c.items())} for w, c in values.items()}
+
+
+def _cluster(config: SimulationConfig) -> Cluster:
+    if config.speed_sigma and config.pm_scores:
+        raise ConfigError("choose either --speed-sigma or --pm-scores for the GPU speed factors, not both")
+    speeds = None
+    if config.speed_sigma:
+        speeds = seeded_speeds(config.n_gpus, config.speed_sigma, config.seed)
+    elif config.pm_scores:
+        speeds = pm_score_speeds(config.pm_scores, config.n_gpus)
+    return Cluster(
+        n_gpus=config.n_gpus,
+        gpus_per_node=config.gpus_per_node,
+        speeds=speeds,
+        cross_node_slowdown=config.cross_node_slowdown,
+        preempt_delay_s=config.preempt_delay_s,
+    )
+
+
+def pm_score_speeds(data: str, n_gpus: int) -> tuple[float, ...]:
+    """Speed factors from ``profile --all-devices`` PM scores: the median score of each device index,
+    repeated over the simulated GPUs (GPU ``g`` gets the score of device ``g mod n_devices``)."""
+    from sharewise.datasets.store import open_dataset
+
+    profiles = open_dataset(data, profiles=True).read_profiles()
+    if not {"pm_score", "device_index"} <= set(profiles.columns):
+        raise DatasetError(
+            f"dataset {data!r} holds no PM scores (columns pm_score, device_index); measure them with "
+            "'sharewise profile --all-devices'"
+        )
+    scores = profiles.dropna(subset=["pm_score"]).groupby("device_index")["pm_score"].median()
+    scores = scores[scores > 0]
+    if scores.empty:
+        raise DatasetError(f"dataset {data!r} holds no positive PM score")
+    values = scores.sort_index().to_numpy(dtype=float)
+    return tuple(float(values[g % values.shape[0]]) for g in range(n_gpus))
+
+
+def _policy_view(
+    config: SimulationConfig,
+    profiles: pd.DataFrame,
+    pairs: pd.DataFrame,
+    truth: SlowdownTable,
+    device: str,
+) -> tuple[SlowdownTable | None, str]:
+    if config.oracle:
+        return None, "Oracle: policies see the measured slowdowns."
+    if config.predictions:
+        predictions = read_predictions(config.predictions)
+        note = f"Policies see the predictions in {config.predictions}."
+    else:
+        candidates = _candidates(pairs, truth, device)
+        if config.model:
+            from sharewise.predictor import SlowdownRegressor, predict_pairs
+
+            model = SlowdownRegressor.load(config.model)
+            predictions = predict_pairs(model, profiles, candidates)
+            note = f"Policies see predictions of model {config.model}."
+        else:
+            from sharewise.predictor import out_of_fold_predictions
+
+            # Calibrated intervals: the SLO checks of the sharing policies read the p90.
+            predictions = out_of_fold_predictions(
+                profiles, pairs, group_by=config.group_by, candidates=candidates, holdout="self", calibrate=True
+            )
+            note = (
+                f"Policies see out-of-fold predictions: each job's slowdown predicted by a model that never "
+                f"saw that job's {config.group_by} (a brand-new model next to jobs the cluster knows), with "
+                "conformally calibrated p10-p90 intervals."
+            )
+    if "device_name" in predictions.columns and (predictions["device_name"].astype(str) == device).any():
+        predictions = predictions[predictions["device_name"].astype(str) == device]
+    view = SlowdownTable.from_predictions(predictions, device_name=None, workloads=truth.workloads)
+    return view, note
+
+
+def _candidates(pairs: pd.DataFrame, truth: SlowdownTable, device: str) -> pd.DataFrame:
+    """The pairs the policies may ever ask about: those the truth lets share, once per unordered pair."""
+    i, j = np.nonzero(np.triu(truth.allowed))
+    names = np.array(truth.workloads, dtype=object)
+    frame = pd.DataFrame({"workload_a": names[i], "workload_b": names[j], "device_name": device})
+    modes = pairs.loc[pairs["device_name"].astype(str) == device, "mode"].unique()
+    if len(modes) == 1:
+        frame["mode"] = modes[0]
+    return frame
+
+
+#: Sharing policies: the ones whose SLO violations ours is compared with.
+SHARING_POLICIES = ("sjf-ffs", "sjf-bsbf", "sharewise")
+#: "Lowest average JCT" allows this much.
+JCT_TOLERANCE = 0.01
+
+
+def verdict(sim: dict, ours: str = "sharewise") -> list[str]:
+    """Say in plain words where ``ours`` stands in a ``simulate --json`` result, and why when it does not win.
+
+    Ours wins a run when its average JCT is the lowest (within 1%) and it has no more SLO violations than any
+    other sharing policy. The reasons are read off the numbers: a policy that beats ours by violating the
+    SLO more often, sharing that does not pay on this load (an exclusive policy leads), or preemption.
+
+    Example: ``["sharewise: average JCT 1.38 h, 0.76x exclusive-sjf; sjf-bsbf is 14% lower, with 10 SLO
+    violations to our 0: ..."]``
+    """
+    pol = sim["policies"]
+    if ours not in pol:
+        return []
+    mine = pol[ours]
+    best_name = min(pol, key=lambda n: pol[n]["avg_jct"])
+    best = pol[best_name]
+    lines = []
+    head = f"{ours}: average JCT {mine['avg_jct'] / 3600:.2f} h"
+    if "exclusive-sjf" in pol and pol["exclusive-sjf"]["avg_jct"] > 0:
+        head += f", {mine['avg_jct'] / pol['exclusive-sjf']['avg_jct']:.2f}x exclusive-sjf"
+    head += f", {mine['slo_violations']} SLO violation(s) of {sim['jobs']} jobs"
+    lines.append(head)
+    more_violations = [
+        n for n in SHARING_POLICIES if n in pol and n != ours and pol[n]["slo_violations"] < mine["slo_violations"]
+    ]
+    if mine["avg_jct"] <= best["avg_jct"] * (1 + JCT_TOLERANCE) and not more_violations:
+        lines.append(f"{ours} has the lowest average JCT here (within {JCT_TOLERANCE:.0%}).")
+        return lines
+    if mine["avg_jct"] > best["avg_jct"] * (1 + JCT_TOLERANCE):
+        gap = 1 - best["avg_jct"] / mine["avg_jct"]
+        why = f"{best_name}'s average JCT is {gap:.0%} lower"
+        if best["slo_violations"] > mine["slo_violations"]:
+            why += (
+                f", at the cost of {best['slo_violations']} SLO violations to our {mine['slo_violations']}: it "
+                "shares where a job's realized slowdown exceeds the SLO, which ours does not do at the "
+                "pessimistic (p90) prediction"
+            )
+        elif best_name not in SHARING_POLICIES and best.get("preemptions", 0):
+            why += f": it preempts running jobs ({best['preemptions']} preemptions), which ours does not"
+        elif best_name not in SHARING_POLICIES:
+            why += ": on this load sharing does not pay for itself as predicted"
+        else:
+            why += f" with no more SLO violations ({best['slo_violations']}): its sharing choices were better here"
+        lines.append(why + ".")
+    for n in more_violations:
+        lines.append(f"{n} has fewer SLO violations ({pol[n]['slo_violations']}) than ours.")
+    return lines

@@ -1,0 +1,168 @@
+"""CLI of the policy commands: ``policies`` and ``simulate`` (compare policies on a job trace)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from sharewise.cli.common import console, err_console, one_of, print_json
+from sharewise.cli.predictor import GROUP_BY
+from sharewise.datasets.traces import AUTO, TRACE_FORMATS
+from sharewise.policy import REGISTRY as POLICIES
+
+
+def _hours(seconds: float) -> str:
+    return f"{seconds / 3600:.2f}"
+
+
+def policies(as_json: bool = typer.Option(False, "--json", help="Print a JSON list.")):
+    """List the scheduling policies the simulator compares.
+
+    Example: sharewise policies --json
+    """
+    rows = []
+    for name, func in POLICIES.items():
+        doc = (getattr(func, "func", func).__doc__ or "").strip().splitlines()[0]
+        knobs = getattr(func, "keywords", None)  # a functools.partial binds the knobs of a variant
+        if knobs:
+            doc += " [" + ", ".join(f"{k}={v}" for k, v in knobs.items()) + "]"
+        rows.append({"name": name, "summary": doc})
+    if as_json:
+        print_json(rows)
+        return
+    table = Table("policy", "what it does")
+    for r in rows:
+        table.add_row(r["name"], r["summary"])
+    console.print(table)
+
+
+def simulate(
+    trace: Path = typer.Argument(..., help="Job trace: Gavel .trace, the Philly CSV, or a generic CSV."),
+    data: str = typer.Option(
+        "reference", "--data", "-d", help="Truth: dataset folder with measured pairs (or 'reference')."
+    ),
+    policy: list[str] = typer.Option(
+        None, "--policy", "-p", help=one_of("Policy to simulate (repeat the option; default: all)", POLICIES)
+    ),
+    gpus: int = typer.Option(160, "--gpus", help="GPUs in the simulated cluster."),
+    gpus_per_node: int = typer.Option(8, "--gpus-per-node", help="GPUs per node."),
+    device_name: str = typer.Option(
+        None, "--device-name", help="Whose measurements are the truth when the data holds several devices."
+    ),
+    mode: str = typer.Option(None, "--mode", help="Sharing mode of the measurements, if several."),
+    oracle: bool = typer.Option(False, "--oracle", help="Show the policies the measured slowdowns."),
+    observe: bool = typer.Option(
+        True,
+        "--observe/--no-observe",
+        help="Policies learn a pair's measured slowdown once it has run together (default), as a cluster does.",
+    ),
+    round_s: float = typer.Option(
+        None, "--round-s", help="Start jobs only at multiples of this many seconds (Gavel uses 360 s rounds)."
+    ),
+    preempt_delay: float = typer.Option(
+        0.0, "--preempt-delay", help="Seconds a preempted job loses when it restarts (preemptive policies)."
+    ),
+    predictions: Path = typer.Option(
+        None, "--predictions", help="CSV/Parquet of predictions to show the policies instead."
+    ),
+    model: Path = typer.Option(None, "--model", help="Saved model.json whose predictions the policies see."),
+    group_by: str = typer.Option(
+        "family",
+        "--group-by",
+        help=one_of("Out-of-fold predictions hold out this group", GROUP_BY),
+    ),
+    max_slowdown: float = typer.Option(2.0, "--max-slowdown", help="SLO on a job's realized slowdown."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the Philly workload draw and of --speed-sigma."),
+    speed_sigma: float = typer.Option(
+        0.0, "--speed-sigma", help="Seeded log-normal spread of GPU speed factors (0: all 1.0)."
+    ),
+    pm_scores: str = typer.Option(
+        None, "--pm-scores", help="Dataset with 'profile --all-devices' PM scores to use as GPU speeds."
+    ),
+    cross_node_slowdown: float = typer.Option(
+        1.0, "--cross-node-slowdown", help="Slowdown of a job whose GPUs span nodes (1.0: none)."
+    ),
+    trace_format: str = typer.Option(AUTO, "--format", help=one_of("Trace format", (AUTO, *TRACE_FORMATS.names()))),
+    max_jobs: int = typer.Option(None, "--max-jobs", help="Simulate only the first N jobs."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object; notes go to stderr."),
+    plot: Path = typer.Option(None, "--plot", help="Folder to write the JCT CDF of every policy (PNG)."),
+):
+    """Replay a job trace on a simulated cluster under each policy; compare JCT, queueing and SLO violations.
+
+    Example: sharewise simulate 6214e9.trace --data gavel-ds --device-name v100 --gpus 160
+    """
+    from sharewise.app.simulate import SimulationConfig, run_simulation, verdict
+
+    config = SimulationConfig(
+        trace=str(trace),
+        data=data,
+        policies=tuple(policy or ()),
+        trace_format=trace_format,
+        n_gpus=gpus,
+        gpus_per_node=gpus_per_node,
+        device_name=device_name,
+        mode=mode,
+        oracle=oracle,
+        predictions=str(predictions) if predictions else None,
+        model=str(model) if model else None,
+        group_by=group_by,
+        max_slowdown=max_slowdown,
+        seed=seed,
+        speed_sigma=speed_sigma,
+        pm_scores=pm_scores,
+        cross_node_slowdown=cross_node_slowdown,
+        max_jobs=max_jobs,
+        observe=observe,
+        round_s=round_s,
+        preempt_delay_s=preempt_delay,
+    )
+    report = run_simulation(config)
+    out = err_console if as_json else console
+    if plot is not None:
+        from sharewise.figures import plot_jct_cdf
+
+        path = plot_jct_cdf(report, plot)
+        out.print(f"wrote {path}")
+    if as_json:
+        for note in report.notes:
+            err_console.print(f"note: {note}")
+        print_json(report.to_json())
+        return
+    table = Table(
+        "policy",
+        "avg JCT (h)",
+        "p95 JCT (h)",
+        "makespan (h)",
+        "avg queue (h)",
+        "GPU util",
+        "SLO violations",
+        "sim (s)",
+        title=(
+            f"{report.n_jobs} jobs on {report.n_gpus} GPUs; policies see {report.view} slowdowns"
+            + (", plus what they observe" if report.observe else "")
+        ),
+    )
+    for name, r in report.results.items():
+        m = r.metrics
+        table.add_row(
+            name,
+            _hours(m["avg_jct"]),
+            _hours(m["p95_jct"]),
+            _hours(m["makespan"]),
+            _hours(m["avg_queue"]),
+            f"{m['utilization']:.3f}",
+            str(m["slo_violations"]),
+            f"{r.wall_s:.2f}",
+        )
+    console.print(table)
+    for line in verdict(report.to_json()):
+        console.print(line)
+    for note in report.notes:
+        console.print(f"[dim]note: {note}[/dim]")
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(policies)
+    app.command()(simulate)

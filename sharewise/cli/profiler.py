@@ -1,0 +1,376 @@
+"""CLI of the measuring commands: ``workloads``, ``profile``, ``pairs``, ``show``."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from sharewise.cli.common import console, err_console, one_of, print_json, split_list
+from sharewise.profiler.config import SIZES
+from sharewise.profiler.executors import EXECUTORS
+from sharewise.profiler.modes import SHARING_MODES
+
+
+def workloads(as_json: bool = typer.Option(False, "--json", help="Print a JSON list instead of a table.")):
+    """List the built-in workloads.
+
+    Example: sharewise workloads --json
+    """
+    from sharewise.app.profiling import workloads as describe
+
+    items = describe()
+    if as_json:
+        print_json(items)
+        return
+    table = Table(
+        title=f"{len(items)} built-in workloads (a workload of your own: path/to/file.py:ClassName)"
+    )
+    for col in ("name", "family", "batch", "kind", "description"):
+        table.add_column(col)
+    for it in items:
+        table.add_row(it["name"], it["family"], str(it["default_batch_size"]), it["kind"], it["description"])
+    console.print(table)
+
+
+def _config(device, mode, size, batch_size, window, repeats, threads, timeout, **extra):
+    from sharewise.profiler.config import RunConfig, default_mode
+
+    return RunConfig(
+        device=device,
+        mode=mode or default_mode(device),
+        size=size,
+        batch_size=batch_size,
+        window_s=window,
+        repeats=repeats,
+        threads=threads,
+        timeout_s=timeout,
+        **extra,
+    )
+
+
+DEVICE = typer.Option("cpu", "--device", "-d", help="cpu, cuda or cuda:N.")
+MODE = typer.Option(
+    None,
+    "--mode",
+    "-m",
+    help=one_of("Sharing mode (default: cpu on CPU, timeslice on CUDA)", SHARING_MODES),
+)
+SIZE = typer.Option("small", "--size", help=one_of("Workload size knob", SIZES))
+BATCH = typer.Option(
+    None, "--batch-size", "-b", help="Batch size for every workload (default: each one's own)."
+)
+WINDOW = typer.Option(2.0, "--window", help="Measurement window in seconds (extended to hold 10 steps).")
+THREADS = typer.Option(None, "--threads", help="Threads per process (default: the cores it may use).")
+TIMEOUT = typer.Option(
+    300.0, "--timeout", help="Seconds one run may take before it is recorded as a timeout."
+)
+IDLE_WAIT = typer.Option(
+    30.0, "--idle-wait", help="Seconds to wait for an idle machine before each run; then it runs anyway."
+)
+NO_PROBE = typer.Option(
+    False,
+    "--no-probe",
+    help="Skip the probe window of solo profiles (no f_probe_* features; the predictor then has no offset).",
+)
+
+
+def _probe_cell(row: dict) -> str:
+    """The probe sensitivity and its spread over repeats, e.g. ``1.34x +-5%``; ``-`` without a probe."""
+    value = row.get("f_probe_slowdown", math.nan)
+    if value != value:
+        return "-"
+    spread = row.get("probe_cv", math.nan)
+    return f"{value:.2f}x" + ("" if spread != spread else f" +-{spread * 100:.0f}%")
+
+
+def profile(
+    workload: list[str] = typer.Argument(..., help="Workload names or path/to/file.py:Class specs."),
+    out: Path = typer.Option(..., "--out", "-o", help="Dataset folder to add the profiles to."),
+    device: str = DEVICE,
+    mode: str = MODE,
+    size: str = SIZE,
+    batch_size: int = BATCH,
+    window: float = WINDOW,
+    repeats: int = typer.Option(3, "--repeats", help="Repeats, each in a fresh process."),
+    threads: int = THREADS,
+    timeout: float = TIMEOUT,
+    idle_wait: float = IDLE_WAIT,
+    all_devices: bool = typer.Option(
+        False, "--all-devices", help="Profile on every visible GPU; record PM scores."
+    ),
+    no_cache: bool = typer.Option(False, "--no-cache", help="Recompute features even when cached."),
+    no_probe: bool = NO_PROBE,
+):
+    """Profile workloads alone: throughput, step-time percentiles, CV over repeats and f_* features.
+
+    Example: sharewise profile resnet18 lstm_lm --device cpu --out runs/cpu
+    """
+    from sharewise.app.profiling import ProfileOptions
+    from sharewise.app.profiling import profile as run
+
+    config = _config(
+        device, mode, size, batch_size, window, repeats, threads, timeout, idle_wait_s=idle_wait, probe=not no_probe
+    )
+    table = Table(title=f"solo profiles -> {out}")
+    for col in (
+        "workload",
+        "dev",
+        "batch",
+        "steps/s",
+        "samples/s",
+        "p50 ms",
+        "p95 ms",
+        "CV",
+        "probe",
+        "PM",
+        "features",
+        "time s",
+    ):
+        table.add_column(col, justify="right" if col not in ("workload", "dev") else "left", no_wrap=True)
+
+    def on_row(row: dict, warning: str | None) -> None:
+        n_feat = sum(1 for k in row if k.startswith("f_"))
+        pm = row.get("pm_score", math.nan)
+        table.add_row(
+            row["workload"],
+            f"{row['device_kind']}:{row['device_index']}",
+            str(row["batch_size"]),
+            f"{row['throughput']:.2f}",
+            f"{row['samples_per_s']:.1f}",
+            f"{row['iter_p50_ms']:.1f}",
+            f"{row['iter_p95_ms']:.1f}",
+            f"{row['cv'] * 100:.1f}%",
+            _probe_cell(row),
+            "-" if pm != pm else f"{pm:.3f}",
+            str(n_feat),
+            f"{row['profile_s']:.1f}",
+        )
+        err_console.print(
+            f"profiled {row['workload']} on {row['device_name']}: {row['throughput']:.2f} steps/s"
+        )
+        if warning:
+            err_console.print(f"[yellow]warning:[/yellow] {warning}")
+
+    options = ProfileOptions(
+        workloads=tuple(workload), out=out, config=config, all_devices=all_devices, use_cache=not no_cache
+    )
+    run(options, on_row=on_row)
+    console.print(table)
+
+
+def pairs(
+    workloads: list[str] = typer.Option(
+        ..., "--workloads", "-w", help="Comma-separated workloads (names or specs)."
+    ),
+    out: Path = typer.Option(
+        ..., "--out", "-o", help="Dataset folder (created if missing; resumes if present)."
+    ),
+    device: str = DEVICE,
+    mode: str = MODE,
+    size: str = SIZE,
+    batch_size: int = BATCH,
+    window: float = WINDOW,
+    repeats: int = typer.Option(
+        3, "--repeats", help="Repeats per pair in fresh processes (more if CV > 5%)."
+    ),
+    max_repeats: int = typer.Option(6, "--max-repeats", help="Upper bound of repeats when CV stays high."),
+    threads: int = THREADS,
+    timeout: float = TIMEOUT,
+    idle_wait: float = IDLE_WAIT,
+    retry_failed: bool = typer.Option(
+        False, "--retry-failed", help="Rerun pairs recorded as failed or timeout."
+    ),
+    executor: str = typer.Option("local", "--executor", help=one_of("Where pair runs execute", EXECUTORS)),
+    address: str = typer.Option(
+        None, "--address", help="Ray cluster address (with --executor ray); default: start a local Ray."
+    ),
+    ray_cpus: int = typer.Option(
+        None, "--ray-cpus", help="CPUs one Ray task holds on CPU-only clusters (default: all of a node's)."
+    ),
+    max_retries: int = typer.Option(
+        2, "--max-retries", help="Ray: retries of a task whose worker or node died."
+    ),
+    no_probe: bool = NO_PROBE,
+):
+    """Measure co-location slowdowns of all pairs (self-pairs included) of a workload list.
+
+    Each finished pair is saved before the next starts; rerun the same command to resume.
+
+    Example: sharewise pairs -w resnet18,lstm_lm,ncf --device cpu --mode cpu --out runs/cpu
+    """
+    from sharewise.app.profiling import PairsOptions
+    from sharewise.app.profiling import pairs as run
+
+    config = _config(
+        device,
+        mode,
+        size,
+        batch_size,
+        window,
+        repeats,
+        threads,
+        timeout,
+        max_repeats=max_repeats,
+        idle_wait_s=idle_wait,
+        probe=not no_probe,
+    )
+    options = PairsOptions(
+        workloads=tuple(split_list(workloads)),
+        out=out,
+        config=config,
+        executor=executor,
+        address=address,
+        ray_cpus=ray_cpus,
+        max_retries=max_retries,
+        retry_failed=retry_failed,
+    )
+    with CampaignProgress() as progress:
+        result = run(options, on_event=progress.on_event)
+    render_pairs(result)
+
+
+class CampaignProgress:
+    """A progress bar over a campaign's pairs on stderr, started at the first event (so input errors print
+    alone), with the last two pairs' slowdowns beside it."""
+
+    def __init__(self) -> None:
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        self.last: list[str] = []
+        self.progress = Progress(
+            TextColumn("[bold]pairs"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            TextColumn("{task.fields[last]}"),
+            console=err_console,
+            transient=False,
+        )
+        self.task_id = self.progress.add_task("pairs", total=None, last="")
+
+    def __enter__(self) -> CampaignProgress:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.progress.live.is_started:
+            self.progress.stop()
+
+    def on_event(self, ev) -> None:
+        progress = self.progress
+        if not progress.live.is_started:
+            progress.start()
+        if ev.kind == "profile":
+            progress.console.print(f"profiled {ev.row['workload']}: {ev.row['throughput']:.2f} steps/s")
+            return
+        if ev.kind == "plan":
+            progress.update(self.task_id, total=ev.total, completed=ev.done)
+            progress.console.print(f"{ev.done} of {ev.total} pairs already measured; {ev.message}")
+            return
+        row = ev.row
+        pair = f"{row['workload_a']}|{row['workload_b']}"
+        if row["status"] == "ok":
+            self.last.append(f"{pair} {row['slowdown_a']:.2f}/{row['slowdown_b']:.2f}")
+        else:
+            self.last.append(f"{pair} {row['status']}")
+        progress.update(self.task_id, completed=ev.done, last="  ".join(self.last[-2:]))
+
+
+def render_pairs(result) -> None:
+    """Print a campaign's summary, its failures, and the dataset's slowdown matrices."""
+    summary = result.summary
+    console.print(
+        f"campaign done in {summary.seconds:.0f} s: {summary.measured} measured, {summary.skipped} already done, "
+        f"{summary.profiled} profiled; status {summary.by_status or '{}'}"
+    )
+    for a, b, status, error in summary.failures:
+        console.print(f"  [red]{status}[/red] {a} | {b}: {error}")
+    print_matrix(result.pairs)
+
+
+def print_matrix(pairs_df) -> None:
+    """Print one slowdown matrix (row next to column, CV in brackets) per device and mode."""
+    from sharewise.datasets.summary import slowdown_matrix
+
+    for (dev, mode), group in pairs_df.groupby(["device_name", "mode"]):
+        matrix = slowdown_matrix(group)
+        cvs = slowdown_matrix(group, value="cv")
+        if matrix.empty:
+            continue
+        table = Table(title=f"slowdown of row next to column (CV) - {dev}, mode {mode}")
+        table.add_column("self \\ partner")
+        for c in matrix.columns:
+            table.add_column(c, justify="right")
+        for r in matrix.index:
+            cells = []
+            for c in matrix.columns:
+                v, s = matrix.loc[r, c], cvs.loc[r, c]
+                if v != v:
+                    cells.append("-")
+                else:
+                    colour = "green" if v < 1.5 else "yellow" if v < 2.0 else "red"
+                    cells.append(f"[{colour}]{v:.2f}[/{colour}]" + ("" if s != s else f" ({s * 100:.0f}%)"))
+            table.add_row(r, *cells)
+        console.print(table)
+
+
+def show(
+    data: str = typer.Argument(..., help="Dataset folder, or 'reference' for the shipped CPU dataset."),
+    as_json: bool = typer.Option(False, "--json", help="Print counts and the slowdown matrix as JSON."),
+):
+    """Summarize a dataset: counts, devices, profiles and the pair slowdown matrix.
+
+    Example: sharewise show reference
+    """
+    from sharewise.app.profiling import show as read
+
+    result = read(data)
+    if as_json:
+        print_json(result.to_json())
+        return
+    overview, prof = result.overview, result.profiles
+    console.print(f"[bold]{result.path}[/bold]")
+    if result.meta.get("description"):
+        console.print(result.meta["description"])
+    console.print(
+        f"{overview['profiles']} profiles of {overview['workloads']} workloads; {overview['pairs']} pairs "
+        f"{overview['status']}; devices {overview['devices']}; modes {overview['modes']}"
+    )
+    if len(prof):
+        table = Table(title="solo profiles")
+        for col in ("workload", "family", "device", "mode", "batch", "steps/s", "CV", "features"):
+            table.add_column(col)
+        feature_cols = [c for c in prof.columns if c.startswith("f_")]
+        counts = prof[feature_cols].notna().sum(axis=1).tolist() if feature_cols else [0] * len(prof)
+        for (_, r), nf in zip(prof.iterrows(), counts, strict=True):
+            cvv = r.get("cv", math.nan)
+            table.add_row(
+                r["workload"],
+                r["family"],
+                r["device_name"],
+                r["mode"],
+                str(r["batch_size"]),
+                f"{r['throughput']:.3g}",
+                "-" if cvv != cvv else f"{cvv * 100:.1f}%",
+                str(int(nf)),
+            )
+        console.print(table)
+    print_matrix(result.pairs)
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(workloads)
+    app.command()(profile)
+    app.command()(pairs)
+    app.command()(show)

@@ -1,0 +1,37 @@
+"""``packed-sticky``: PAL's baseline (Jain et al., SC'24): packed placement, and a job keeps its GPUs.
+
+PAL compares its variability-aware placement against Gavel's default, *Packed-Sticky*: each job's GPUs are
+packed onto as few nodes as possible, blind to the GPUs' speed differences, and a placed job keeps them
+(sticky: never migrated). Jobs are chosen in the same order as ``pm-first`` and ``pal`` (``select_jobs``),
+so comparing the three isolates placement: the only thing that differs is which free GPUs a job gets.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sharewise.policy.base import ClusterState, Placement, Queue, pick_free_gpus
+from sharewise.policy.pm_first import select_jobs
+from sharewise.policy.table import SlowdownTable
+
+
+def packed_sticky(
+    queue: Queue, cluster: ClusterState, table: SlowdownTable, now: float, *, order: str = "sjf"
+) -> list[Placement]:
+    """Start jobs exclusively in ``order`` on free GPUs packed on as few nodes as possible (speed-blind).
+
+    Returns
+    -------
+    list of Placement, e.g. ``[Placement(job=2, gpus=(5,)), Placement(job=8, gpus=(8, 9, 10, 11))]``.
+    """
+    free = cluster.occupancy() == 0
+    n_free = int(free.sum())
+    if n_free == 0 or len(queue) == 0:
+        return []
+    free = free.copy()
+    placements = []
+    for i in select_jobs(queue, n_free, order):
+        chosen = pick_free_gpus(free, cluster.node, int(queue.gpus[i]))
+        free[chosen] = False
+        placements.append(Placement(int(queue.job[i]), tuple(int(g) for g in np.sort(chosen))))
+    return placements

@@ -1,0 +1,40 @@
+"""Executors run a campaign's pair tasks: locally one by one (default), or as Ray tasks across a cluster.
+
+Every executor has one signature (``executors.base.Executor``); adding one is its module and one line in
+``EXECUTORS``. The CLI's ``--executor`` choices come from the registry.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+from sharewise.profiler.executors.base import Executor, ExecutorOptions
+from sharewise.registry import Registry
+
+__all__ = ["EXECUTORS", "Executor", "ExecutorOptions", "executor_factory"]
+
+EXECUTORS: Registry[type[Executor]] = Registry(
+    "executor",
+    "sharewise.profiler.executors",
+    {"local": "local:LocalExecutor", "ray": "ray:RayExecutor"},
+    signature="cls(config, device_name, extra_env, options: ExecutorOptions) with run(tasks) -> rows, close(), "
+    "spans_nodes; cls.check(options) before any run",
+)
+
+
+def executor_factory(
+    name: str, address: str | None = None, cpus_per_task: int | None = None, max_retries: int = 2
+) -> Callable[..., Executor]:
+    """Return a callable ``(config, device_name, extra_env) -> executor`` for the registered ``name``.
+
+    Fails here, before any profile or run, on an unknown name (``ConfigError``), an option the executor
+    does not take (``--address`` with the local executor) or a missing dependency (Ray's install hint).
+
+    >>> executor_factory("local").func.name
+    'local'
+    """
+    cls = EXECUTORS.get(name)
+    options = ExecutorOptions(address=address, cpus_per_task=cpus_per_task, max_retries=max_retries)
+    cls.check(options)
+    return functools.partial(cls, options=options)

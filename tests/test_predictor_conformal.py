@@ -1,0 +1,176 @@
+"""Tests of the conformal p10/p90 (grouped out-of-fold calibration, kept in the sidecar), the workload shift,
+honest baselines, and the lazy predictor package."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+from test_predictor import FAST, synthetic
+
+from sharewise.errors import ModelSchemaError
+from sharewise.predictor import SlowdownRegressor, calibrate_model, ordered_rows, predict_pairs, train_model
+from sharewise.predictor.conformal import (
+    ConformalCalibration,
+    calibrate_rows,
+    calibration_folds,
+    conformal_quantile,
+    fit_calibration,
+)
+from sharewise.predictor.evaluation import _subset, cross_validate, grouped_folds, summarize
+from sharewise.predictor.shift import WorkloadShift, posterior_sd
+
+
+@pytest.fixture(scope="module")
+def data():
+    return synthetic(n_workloads=8)
+
+
+@pytest.fixture(scope="module")
+def rows(data):
+    return ordered_rows(*data)
+
+
+def test_conformal_quantile_is_the_next_score_up():
+    assert conformal_quantile(np.arange(1.0, 11.0), 0.1) == 10.0
+    assert conformal_quantile(np.arange(1.0, 11.0), 0.5) == 6.0  # 0.5 * 9 = 4.5 -> index 5
+    assert conformal_quantile(np.array([np.nan, 2.0]), 0.1) == 2.0
+    assert conformal_quantile(np.array([]), 0.1) == 0.0
+
+
+def test_fit_calibration_on_a_literal_case():
+    # 10 rows, raw interval [-0.1, 0.1] in log space around 0; measured log slowdowns 0.0 .. 0.45.
+    log_y = np.linspace(0.0, 0.45, 10)
+    log_q = np.tile([-0.1, 0.0, 0.1], (10, 1))
+    meta = pd.DataFrame(
+        {"self_workload": [f"w{i % 5}" for i in range(10)], "partner_workload": "p", "device_name": "d",
+         "self_family": [f"w{i % 5}" for i in range(10)], "partner_family": "p", "pair_id": range(10)}
+    )
+    cal = fit_calibration(log_q, np.exp(log_y), meta, "workload", n_groups=5, levels=(0,))
+    # Upper scores log_y - 0.1: the 0.9 quantile ("higher") is the largest, 0.35; lower: -0.1 - log_y -> -0.1.
+    assert cal.upper[0] == pytest.approx(0.35)
+    assert cal.lower[0] == pytest.approx(-0.1)
+    q = cal.apply(log_q.copy())
+    assert np.allclose(q[:, 2], 0.45) and np.allclose(q[:, 0], 0.0)  # narrowed to the median, never past it
+
+
+def test_calibration_levels_and_json_round_trip():
+    cal = ConformalCalibration(lower={0: 0.3, 2: 0.2, 8: 0.1}, upper={0: 0.4, 2: 0.3, 8: 0.2}, shrinkage={"a": 1.0})
+    assert list(cal.level_of([0, 1, 2, 5, 9])) == [0, 0, 2, 2, 8]
+    lo, hi = cal.corrections(np.array([1, 8]))
+    assert list(lo) == [0.3, 0.1] and list(hi) == [0.4, 0.2]
+    again = ConformalCalibration.from_dict(json.loads(json.dumps(cal.to_dict())))
+    assert again == cal
+    with pytest.raises(ModelSchemaError, match="level '0'"):
+        ConformalCalibration.from_dict({"lower": {"1": 0.1}, "upper": {"1": 0.1}})
+
+
+def test_calibration_folds_never_train_on_a_held_or_excluded_group(rows):
+    for held, train, test in calibration_folds(rows.meta, "family", exclude="fam0"):
+        fams = set(rows.meta["self_family"].iloc[train]) | set(rows.meta["partner_family"].iloc[train])
+        assert not fams & (held | {"fam0"})
+        assert set(rows.meta["self_family"].iloc[test]) <= held - {"fam0"}
+    folds = calibration_folds(rows.meta, "workload", max_folds=3)
+    assert len(folds) == 3 and sorted(w for h, _, _ in folds for w in h) == [f"w{i}" for i in range(8)]
+
+
+def test_nested_calibration_with_the_shared_cache_equals_calibrating_the_subset(rows):
+    cache: dict = {}
+    for fold in grouped_folds(rows.meta, "family")[:2]:
+        shared = calibrate_rows(rows, "family", exclude=fold.group, cache=cache, levels=(0, 1), **FAST)
+        alone = calibrate_rows(_subset(rows, fold.train), "family", levels=(0, 1), **FAST)
+        assert shared == alone
+    assert len(cache) == 3 + 2  # fam0 with fam1, fam2, fam3; fam1 with fam2, fam3 (fam0-fam1 shared)
+
+
+def test_cross_validation_reports_calibrated_coverage_per_group(rows):
+    summary = summarize(cross_validate(rows, group_by="family", **FAST))
+    model = summary["model"]
+    assert {"coverage_p10_p90", "coverage_p10_p90_uncalibrated"} <= set(model)
+    assert all("model_coverage_p10_p90" in e for e in summary["per_group"].values())
+    raw = summarize(cross_validate(rows, group_by="family", calibrate=False, **FAST))["model"]
+    assert raw["coverage_p10_p90"] == pytest.approx(model["coverage_p10_p90_uncalibrated"])
+    assert raw["mape"] == pytest.approx(model["mape"])  # calibration moves the interval, never the p50
+
+
+def test_calibrated_model_saves_and_loads_its_calibration_and_shift(data, tmp_path):
+    profiles, pairs = data
+    model = calibrate_model(train_model(profiles, pairs, **FAST), profiles, pairs, group_by="family")
+    assert model.calibration_ is not None and set(model.calibration_.lower) == {0, 1, 2, 4, 8}
+    meta = ordered_rows(profiles, pairs[pairs["workload_a"] == "w3"]).meta
+    model.shift_ = WorkloadShift.fit(np.full(len(meta), 0.2), meta, model.calibration_.shrinkage, ["w3"])
+    side = json.loads(model.save(tmp_path / "m.json").read_text())
+    assert side["calibration"]["group_by"] == "family" and "w3" in side["shift"]["counts"]
+    loaded = SlowdownRegressor.load(tmp_path / "m.json")
+    query = pd.DataFrame({"workload_a": ["w3", "w0"], "workload_b": ["w5", "w1"], "device_name": "dev1"})
+    pd.testing.assert_frame_equal(predict_pairs(loaded, profiles, query), predict_pairs(model, profiles, query))
+    plain = train_model(profiles, pairs, **FAST)
+    wide, narrow = predict_pairs(model, profiles, query), predict_pairs(plain, profiles, query)
+    # w0 and w1 have no shift: only their interval moves; w3 as self moves by its shift on dev1.
+    assert np.allclose(wide.loc[1, ["p50_a", "p50_b"]], narrow.loc[1, ["p50_a", "p50_b"]])
+    ratio = wide.loc[0, "p50_a"] / narrow.loc[0, "p50_a"]
+    assert ratio == pytest.approx(np.exp(model.shift_.tables["self"]["dev1"]["w3"]))
+
+
+def test_workload_shift_on_a_literal_case():
+    meta = pd.DataFrame(
+        {"self_workload": ["new", "new", "old"], "partner_workload": ["a", "b", "new"], "device_name": ["d", "d", "e"]}
+    )
+    shrink = {f"{side}_{k}": 0.1 for side in ("self", "partner") for k in ("tau_w", "tau_d", "sigma")}
+    shift = WorkloadShift.fit(np.array([0.2, 0.4, 0.5]), meta, shrink, ["new"])
+    # lambda_w = (0.1 + 0.1) / 0.1 = 2: a = 0.6 / (2 + 2) = 0.15; lambda_d = 1: b = (0.05 + 0.25) / 3 = 0.1.
+    assert shift.tables["self"]["d"]["new"] == pytest.approx(0.25)
+    assert shift.defaults["self"]["new"] == pytest.approx(0.15)
+    # As a partner: one row (old next to new on e): a = 0.5 / 3, b = (0.5 - a) / 2.
+    a = 0.5 / 3
+    assert shift.tables["partner"]["e"]["new"] == pytest.approx(a + (0.5 - a) / 2)
+    query = pd.DataFrame({"self_workload": ["new", "new", "old"], "partner_workload": ["x", "x", "y"],
+                          "device_name": ["d", "f", "d"]})
+    assert np.allclose(shift.log_shift(query), [0.25, 0.15, 0.0])  # device f unmeasured: workload level
+    assert list(shift.revealed(np.array(["new", "old"]))) == [2, 0]
+    sd = posterior_sd(shrink, np.array([0.0, 2.0]), np.array([0.0, 2.0]))
+    assert sd[0] == pytest.approx(np.sqrt(0.2)) and sd[1] == pytest.approx(np.sqrt(0.1 * 2 / 4 + 0.1 / 3))
+    assert WorkloadShift.from_dict(json.loads(json.dumps(shift.to_dict()))) == shift
+
+
+def test_util_sum_is_not_applicable_without_a_utilization_column(data):
+    profiles, pairs = data
+    rows = ordered_rows(profiles.drop(columns=["f_busy_frac"]), pairs)
+    summary = summarize(cross_validate(rows, group_by="family", calibrate=False, **FAST))
+    util = summary["baselines"]["util_sum"]
+    assert util["mape"] is None and "f_busy_frac" in util["not_applicable"]
+    assert all(e["util_sum_mape"] is None for e in summary["per_group"].values())
+    assert summary["baselines"]["median"]["mape"] is not None
+
+
+def test_the_cli_reads_option_names_without_sklearn_or_xgboost():
+    code = (
+        "import sys, json; import sharewise.cli.predictor as p, sharewise.cli.policy as q; "
+        "assert q.GROUP_BY == p.GROUP_BY; "
+        "print(json.dumps(sorted(m for m in ('sklearn', 'xgboost', 'scipy') if m in sys.modules)))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+
+
+def test_lazy_package_exports_resolve():
+    import sharewise.predictor as predictor
+
+    for name in predictor.__all__:
+        assert getattr(predictor, name) is not None
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        predictor.nope  # noqa: B018
+
+
+def test_out_of_fold_predictions_can_be_calibrated_without_moving_the_median(data):
+    from sharewise.predictor import out_of_fold_predictions
+
+    profiles, pairs = data
+    raw = out_of_fold_predictions(profiles, pairs, group_by="family", holdout="self", **FAST)
+    cal = out_of_fold_predictions(profiles, pairs, group_by="family", holdout="self", calibrate=True, **FAST)
+    assert np.allclose(raw["p50_a"], cal["p50_a"]) and not np.allclose(raw["p90_a"], cal["p90_a"])
+    assert (cal["p10_a"] <= cal["p50_a"]).all() and (cal["p50_a"] <= cal["p90_a"]).all()
