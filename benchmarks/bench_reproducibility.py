@@ -11,10 +11,10 @@ included) and scores the model by grouped cross-validation (``--group-by workloa
 the stored profiles and with the fresh ones, against the same stored pairs. The difference is what a
 re-profile alone (its probe features above all) moves the headline MAPE.
 
-Run on an idle machine (each pair takes 30-60 s on the reference CPU dataset, each profile about 25 s):
+Run on an idle machine (each pair takes 30-60 s on the reference CPU dataset, each profile 10-20 s):
 
     .venv/bin/python benchmarks/bench_reproducibility.py [--data reference] [--pairs 12] [--seed 0] [--out FILE]
-    .venv/bin/python benchmarks/bench_reproducibility.py --reprofile [--data reference] [--window 1.5]
+    .venv/bin/python benchmarks/bench_reproducibility.py --reprofile [--data reference] [--times 5] [--repeats 6] [--window S]
 """
 
 from __future__ import annotations
@@ -35,15 +35,19 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=None, help="append each re-measured pair as a JSON line here")
     parser.add_argument("--reprofile", action="store_true", help="re-profile the workloads instead of pairs")
-    parser.add_argument("--window", type=float, default=1.5, help="profile window with --reprofile (s)")
+    parser.add_argument("--window", type=float, default=None, help="profile window with --reprofile (s)")
+    parser.add_argument("--repeats", type=int, default=6, help="profile repeats with --reprofile (the CLI's default)")
+    parser.add_argument("--times", type=int, default=1, help="independent re-profiles with --reprofile")
     args = parser.parse_args(argv)
     if args.reprofile:
-        reprofile(args.data, args.window)
+        results = [reprofile(args.data, args.window, args.repeats) for _ in range(args.times)]
+        if len(results) > 1:
+            summarize_reprofiles(results)
     else:
         remeasure_pairs(args.data, args.pairs, args.seed, args.out)
 
 
-def reprofile(data: str, window_s: float) -> None:
+def reprofile(data: str, window_s: float | None, repeats: int) -> dict:
     from sharewise.datasets.store import open_dataset, resolve_dataset_path
     from sharewise.predictor.evaluation import evaluate
     from sharewise.profiler.api import profile_many
@@ -57,7 +61,10 @@ def reprofile(data: str, window_s: float) -> None:
     specs = [str(s) for s in (stored["spec"] if "spec" in stored else stored["workload"])]
     size = str(stored["size"].iloc[0]) if "size" in stored else "small"
     began = time.monotonic()
-    fresh = profile_many(specs, RunConfig(mode=str(stored["mode"].iloc[0]), size=size, window_s=window_s))
+    config = RunConfig(mode=str(stored["mode"].iloc[0]), size=size, repeats=repeats, max_repeats=max(repeats, 20))
+    if window_s is not None:
+        config = config.replace(window_s=window_s)
+    fresh = profile_many(specs, config)
     took = time.monotonic() - began
     scores = {
         name: evaluate(profiles, pairs, group_by="workload")
@@ -78,6 +85,29 @@ def reprofile(data: str, window_s: float) -> None:
         f"model MAPE, each workload held out: stored profiles {mape['stored']:.2f}%, fresh profiles "
         f"{mape['fresh']:.2f}% (training median {median:.1f}%); {len(specs)} profiles in {took:.0f} s "
         f"({times.min():.1f}-{times.max():.1f} s each)"
+    )
+    probe_spread = float(np.mean(np.abs(new["f_probe_slowdown"] / old.loc[new.index, "f_probe_slowdown"] - 1)))
+    return {"stored": mape["stored"], "fresh": mape["fresh"], "probe": new["f_probe_slowdown"],
+            "throughput": new["throughput"], "probe_vs_stored": probe_spread}
+
+
+def summarize_reprofiles(results: list[dict]) -> None:
+    """Across re-profiles: the MAPE's median and worst, and each feature's spread (CV) next to the throughput's."""
+    import pandas as pd
+
+    fresh = [r["fresh"] for r in results]
+    probe = pd.concat([r["probe"] for r in results], axis=1)
+    tput = pd.concat([r["throughput"] for r in results], axis=1)
+    probe_cv = (probe.std(axis=1, ddof=1) / probe.mean(axis=1)).mean()
+    tput_cv = (tput.std(axis=1, ddof=1) / tput.mean(axis=1)).mean()
+    print(
+        f"{len(results)} re-profiles: MAPE each workload held out median {np.median(fresh):.2f}%, worst "
+        f"{max(fresh):.2f}% (each: {', '.join(f'{m:.2f}' for m in fresh)}); stored profiles "
+        f"{results[0]['stored']:.2f}%"
+    )
+    print(
+        f"spread between re-profiles, mean CV per workload: probe sensitivity {probe_cv * 100:.1f}%, "
+        f"throughput {tput_cv * 100:.1f}%"
     )
 
 

@@ -110,3 +110,14 @@ def make_literal_dataset(path):
         )
     ds.write_pairs(pd.DataFrame(rows))
     return ds
+
+
+def run_cli(argv) -> int:
+    """Run ``sharewise.cli.main`` as the console script would; return its exit code (0 when it returns)."""
+    from sharewise.cli import main
+
+    try:
+        main([str(a) for a in argv])
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    return 0

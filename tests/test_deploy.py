@@ -15,8 +15,8 @@ import shutil
 
 import numpy as np
 import pytest
+from conftest import run_cli
 
-from sharewise.cli import main
 from sharewise.deploy import EMITTERS
 from sharewise.deploy.plan import MIB, limits_fit, memory_limit, thread_percentages
 
@@ -34,14 +34,6 @@ GPU_CONFIG = {"apiVersion", "kind", "sharing"}
 GPU_SHARING = {"strategy", "timeSlicingConfig", "mpsConfig"}
 MPS_CONFIG = {"defaultActiveThreadPercentage", "defaultPinnedDeviceMemoryLimit", "defaultPerDevicePinnedMemoryLimit"}
 TIME_SLICE_INTERVALS = {"Default", "Short", "Medium", "Long"}
-
-
-def run_cli(argv: list[str]) -> int:
-    try:
-        main(argv)
-    except SystemExit as exc:
-        return int(exc.code or 0)
-    return 0
 
 
 @pytest.fixture(scope="module")

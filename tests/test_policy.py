@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import run_cli
 
-from sharewise.cli import main
 from sharewise.errors import ConfigError, DatasetError, SchemaError, TraceError, UnknownWorkloadError
 from sharewise.policy import REGISTRY, Placement, get_policy, policy_names
 from sharewise.policy.base import ClusterState, Queue, as_decision, check_placements, smallest_first
@@ -450,14 +450,6 @@ def test_recommend_queue_errors_name_the_line():
 
 
 # ---- CLI ------------------------------------------------------------------------------------------
-def run_cli(argv: list[str]) -> int:
-    try:
-        main(argv)
-    except SystemExit as exc:
-        return int(exc.code or 0)
-    return 0
-
-
 def test_cli_policies_lists_the_registry(capsys):
     assert run_cli(["policies", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)

@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import run_cli
 
 from sharewise.app.simulate import SimulationConfig, run_simulation
-from sharewise.cli import main
 from sharewise.datasets.store import Dataset
 from sharewise.datasets.traces import Trace, TraceContext, check_trace
 from sharewise.datasets.traces.gavel import read_gavel_trace
@@ -59,15 +59,6 @@ def golden_dataset(folder: Path) -> Path:
     ds.write_profiles(profiles)
     ds.write_pairs(pairs)
     return folder
-
-
-def run_cli(argv: list[str]) -> int:
-    """Run ``sharewise.cli.main``; return its exit code (0 when it returns normally)."""
-    try:
-        main(argv)
-    except SystemExit as exc:
-        return int(exc.code or 0)
-    return 0
 
 
 def golden_config(data: Path) -> SimulationConfig:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -238,3 +239,105 @@ def test_unknown_builtin_lists_every_known_name():
     message = str(exc.value)
     assert all(name in message for name in REGISTRY)
     assert "path/to/file.py:ClassName" in message
+
+
+# --- a user's own model without a wrapper (plain classes, torch.nn.Module) -------------------------
+
+OWN_MODELS = Path(__file__).resolve().parent / "fixtures" / "own_models.py"
+
+
+def test_plain_class_with_no_constructor_arguments_is_a_workload():
+    cls = load_workload_class(f"{OWN_MODELS}:MyConvNet")
+    w = cls()  # what the worker calls: cls(batch_size=None, size=...)
+    assert cls.name == "MyConvNet" and w.batch_size == 1 and cls.family == "user"
+    w.build("cpu")
+    w.step()
+    assert isinstance(w.model, torch.nn.Module)  # its ``model`` attribute: features count its parameters
+    w.close()
+    assert w.inner.model is None  # its own close() ran
+    assert cls(size="tiny", batch_size=1).batch_size == 1  # a size or its own batch size is harmless
+
+
+def test_plain_class_refuses_a_batch_size_it_cannot_take():
+    cls = load_workload_class(f"{OWN_MODELS}:MyConvNet")
+    with pytest.raises(WorkloadContractError, match=r"MyConvNet\(\) takes no batch_size, so batch size 8"):
+        cls(batch_size=8)
+
+
+def test_a_constructor_with_other_arguments_gets_one_line_naming_the_expected_signature():
+    with pytest.raises(WorkloadContractError) as exc:
+        load_workload_class(f"{OWN_MODELS}:NeedsWidth")
+    message = str(exc.value)
+    assert "\n" not in message and "NeedsWidth(width)" in message and "it needs width" in message
+    assert "__init__(self) or __init__(self, batch_size=None, size='small')" in message
+
+
+def test_cli_names_the_expected_signature_in_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "sharewise", "profile", f"{OWN_MODELS}:NeedsWidth", "--out", str(tmp_path / "d")],
+        capture_output=True, text=True, timeout=120,
+    )
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("error:"), proc.stderr
+    assert "__init__(self, batch_size=None, size='small')" in lines[0]
+
+
+@pytest.mark.parametrize(
+    "spec, kind, loss_shape",
+    [
+        ("TinyNet", "train", ()),  # input read off its Conv2d: 3 channels, 32x32; cross entropy on 2-D scores
+        ("TinyNet[input=3x8x8;loss=mse;optimizer=adam;lr=0.001]", "train", ()),
+        ("TokenNet", "train", ()),  # an Embedding first: 16 token ids below its 50 rows
+        ("TokenNet[input=12:int64:50,mode=infer]", "infer", (32, 12, 50)),
+    ],
+)
+def test_a_torch_module_is_trained_on_a_described_synthetic_batch(spec, kind, loss_shape):
+    cls = load_workload_class(f"{OWN_MODELS}:{spec}")
+    assert cls.kind == kind and cls.default_batch_size == 32
+    w = cls(batch_size=None)
+    w.build("cpu")
+    before = [p.detach().clone() for p in w.model.parameters()]
+    w.step()
+    w.step()
+    assert tuple(w.last_output.shape) == loss_shape and torch.isfinite(w.last_output).all()
+    moved = any(not torch.equal(b, p) for b, p in zip(before, w.model.parameters(), strict=True))
+    assert moved == (kind == "train")
+    w.close()
+    assert w.model is None and w.inputs_ == []
+    meta = cls(batch_size=4)
+    meta.build("meta")  # FLOP counting builds the same description on the meta device
+    meta.step()
+    meta.close()
+
+
+@pytest.mark.parametrize(
+    "spec, text",
+    [
+        ("NoClue", "cannot tell the input of NoClue"),
+        ("TinyNet[input=3x]", "is not SHAPE[:DTYPE[:HIGH]]"),
+        ("TinyNet[input=3x8x8:int8]", "dtypes: float32"),
+        ("TinyNet[loss=hinge]", "loss must be one of"),
+        ("TinyNet[width=3]", "is not one of input=..."),
+        ("MyConvNet[input=3x8x8]", "a batch description [...] is for torch.nn.Module classes"),
+    ],
+)
+def test_a_batch_description_that_cannot_work_says_why(spec, text):
+    with pytest.raises(WorkloadContractError) as exc:
+        cls = load_workload_class(f"{OWN_MODELS}:{spec}")
+        cls().build("cpu")
+    assert text in str(exc.value)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("spec", ["MyConvNet", "TinyNet[input=3x16x16]"])
+def test_own_models_profile_in_a_worker_with_features(spec):
+    from sharewise.profiler.api import profile_one
+    from sharewise.profiler.config import RunConfig
+
+    config = RunConfig(window_s=0.2, repeats=1, probe=False, idle_wait_s=0.5, timeout_s=120)
+    row = profile_one(f"{OWN_MODELS}:{spec}", config, use_cache=False)
+    assert row["workload"] == spec.split("[")[0] and row["family"] == "user" and row["throughput"] > 0
+    assert row["f_flops_per_step"] > 0 and row["f_param_bytes"] > 0

@@ -88,6 +88,8 @@ class PairsOptions:
     ray_cpus: int | None = None
     max_retries: int = 2
     retry_failed: bool = False
+    budget: int | None = None  # K pairs per workload without pairs, picked by the model (see profiler.budget)
+    model: Path | None = None
 
 
 @dataclass
@@ -99,10 +101,21 @@ class PairsResult:
 
 
 def pairs(options: PairsOptions, on_event: Callable | None = None) -> PairsResult:
-    """Measure every unordered pair of the workloads into ``out`` (resuming what is there); see ``run_campaign``."""
+    """Measure every unordered pair of the workloads into ``out`` (resuming what is there); see ``run_campaign``.
+
+    With ``budget`` K only the workloads without pairs get pairs, K each, picked by the model at
+    ``model``. Raises ``CampaignInterrupted`` (a ``KeyboardInterrupt``) on SIGTERM or Ctrl-C, after the
+    workers are gone; the rows written stay.
+    """
     from sharewise.datasets.store import Dataset
     from sharewise.profiler.campaign import run_campaign
     from sharewise.profiler.executors import executor_factory
+
+    model = None
+    if options.model is not None:
+        from sharewise.predictor import SlowdownRegressor
+
+        model = SlowdownRegressor.load(options.model)
 
     factory = executor_factory(
         options.executor,
@@ -117,6 +130,8 @@ def pairs(options: PairsOptions, on_event: Callable | None = None) -> PairsResul
         executor_factory=factory,
         on_event=on_event,
         retry_failed=options.retry_failed,
+        budget=options.budget,
+        model=model,
     )
     return PairsResult(summary=summary, pairs=Dataset(options.out).read_pairs())
 

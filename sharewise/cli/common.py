@@ -22,20 +22,46 @@ console = Console(highlight=False, width=_width(sys.stdout))
 err_console = Console(stderr=True, highlight=False, width=_width(sys.stderr))
 
 
+#: Above this many characters, JSON is printed compact: the indenting encoder is pure Python, and a
+#: recommendation for 100,000 queued jobs would spend a second on indentation alone.
+PRETTY_MAX_CHARS = 200_000
+
+
 def print_json(obj) -> None:
-    """Print ``obj`` as JSON on stdout (NaN becomes null so any JSON parser reads it)."""
-    print(json.dumps(_clean(obj), indent=2, sort_keys=False))
+    """Print ``obj`` as JSON on stdout (NaN becomes null so any JSON parser reads it; numpy scalars are numbers).
+
+    Indented for a person to read; compact (one line) when longer than ``PRETTY_MAX_CHARS``.
+    """
+    try:  # the C encoder, when nothing needs cleaning (no NaN): fast for big outputs
+        text = json.dumps(obj, allow_nan=False, default=_scalar)
+    except (ValueError, TypeError):
+        text = json.dumps(_clean(obj, [0]))
+    if len(text) <= PRETTY_MAX_CHARS:
+        text = json.dumps(_clean(obj, [0]), indent=2)
+    print(text)
 
 
-def _clean(obj):
+def _scalar(obj):
+    if hasattr(obj, "item") and callable(obj.item):  # numpy scalars
+        return obj.item()
+    raise TypeError(f"{type(obj).__name__} is not JSON serializable")
+
+
+def _clean(obj, count: list[int]):
+    count[0] += 1
+    if isinstance(obj, str):
+        return obj
     if isinstance(obj, float) and not math.isfinite(obj):
         return None
     if isinstance(obj, dict):
-        return {str(k): _clean(v) for k, v in obj.items()}
+        return {str(k): _clean(v, count) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj]
+        if all(type(v) is str for v in obj):  # job ids by the thousand: nothing to clean
+            count[0] += len(obj)
+            return list(obj)
+        return [_clean(v, count) for v in obj]
     if hasattr(obj, "item") and callable(obj.item):  # numpy scalars
-        return _clean(obj.item())
+        return _clean(obj.item(), count)
     return obj
 
 

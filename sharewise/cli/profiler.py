@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import math
+import sys
 from pathlib import Path
 
 import typer
 from rich.table import Table
 
 from sharewise.cli.common import console, err_console, one_of, print_json, split_list
-from sharewise.profiler.config import SIZES
+from sharewise.profiler.config import ISOLATIONS, SIZES
 from sharewise.profiler.executors import EXECUTORS
 from sharewise.profiler.modes import SHARING_MODES
 
@@ -35,7 +36,7 @@ def workloads(as_json: bool = typer.Option(False, "--json", help="Print a JSON l
     console.print(table)
 
 
-def _config(device, mode, size, batch_size, window, repeats, threads, timeout, **extra):
+def _config(device, mode, size, batch_size, window, repeats, threads, timeout, isolation, **extra):
     from sharewise.profiler.config import RunConfig, default_mode
 
     return RunConfig(
@@ -47,6 +48,7 @@ def _config(device, mode, size, batch_size, window, repeats, threads, timeout, *
         repeats=repeats,
         threads=threads,
         timeout_s=timeout,
+        isolation=isolation,
         **extra,
     )
 
@@ -62,7 +64,7 @@ SIZE = typer.Option("small", "--size", help=one_of("Workload size knob", SIZES))
 BATCH = typer.Option(
     None, "--batch-size", "-b", help="Batch size for every workload (default: each one's own)."
 )
-WINDOW = typer.Option(2.0, "--window", help="Measurement window in seconds (extended to hold 10 steps).")
+WINDOW = typer.Option(0.5, "--window", help="Measurement window in seconds (extended to hold --min-steps steps).")
 THREADS = typer.Option(None, "--threads", help="Threads per process (default: the cores it may use).")
 TIMEOUT = typer.Option(
     300.0, "--timeout", help="Seconds one run may take before it is recorded as a timeout."
@@ -70,6 +72,16 @@ TIMEOUT = typer.Option(
 IDLE_WAIT = typer.Option(
     30.0, "--idle-wait", help="Seconds to wait for an idle machine before each run; then it runs anyway."
 )
+ISOLATION = typer.Option(
+    "warm",
+    "--isolation",
+    help=one_of(
+        "warm: one long-lived process per workload, its repeats and pairs in it; fresh: new processes for "
+        "every repeat",
+        ISOLATIONS,
+    ),
+)
+MIN_STEPS = typer.Option(3, "--min-steps", help="Steps a window holds at least (it is extended to hold them).")
 NO_PROBE = typer.Option(
     False,
     "--no-probe",
@@ -94,7 +106,9 @@ def profile(
     size: str = SIZE,
     batch_size: int = BATCH,
     window: float = WINDOW,
-    repeats: int = typer.Option(3, "--repeats", help="Repeats, each in a fresh process."),
+    repeats: int = typer.Option(6, "--repeats", help="Repeats: a solo window and one next to the probe each."),
+    isolation: str = ISOLATION,
+    min_steps: int = MIN_STEPS,
     threads: int = THREADS,
     timeout: float = TIMEOUT,
     idle_wait: float = IDLE_WAIT,
@@ -112,7 +126,19 @@ def profile(
     from sharewise.app.profiling import profile as run
 
     config = _config(
-        device, mode, size, batch_size, window, repeats, threads, timeout, idle_wait_s=idle_wait, probe=not no_probe
+        device,
+        mode,
+        size,
+        batch_size,
+        window,
+        repeats,
+        threads,
+        timeout,
+        isolation,
+        idle_wait_s=idle_wait,
+        probe=not no_probe,
+        min_window_steps=min_steps,
+        max_repeats=max(repeats, 20),
     )
     table = Table(title=f"solo profiles -> {out}")
     for col in (
@@ -157,7 +183,13 @@ def profile(
     options = ProfileOptions(
         workloads=tuple(workload), out=out, config=config, all_devices=all_devices, use_cache=not no_cache
     )
-    run(options, on_row=on_row)
+    from sharewise.profiler.interrupts import CampaignInterrupted
+
+    try:
+        run(options, on_row=on_row)
+    except CampaignInterrupted as exc:
+        console.print(table)
+        stopped(exc, len(table.rows), out)
     console.print(table)
 
 
@@ -174,9 +206,20 @@ def pairs(
     batch_size: int = BATCH,
     window: float = WINDOW,
     repeats: int = typer.Option(
-        3, "--repeats", help="Repeats per pair in fresh processes (more if CV > 5%)."
+        3, "--repeats", help="Repeats per pair at least (each: both alone, then together); more until precise."
     ),
-    max_repeats: int = typer.Option(6, "--max-repeats", help="Upper bound of repeats when CV stays high."),
+    max_repeats: int = typer.Option(20, "--max-repeats", help="Upper bound of repeats when the interval stays wide."),
+    ci_target: float = typer.Option(
+        2.0, "--ci-target", help="Stop once each slowdown's 95% confidence half-width is within this many percent."
+    ),
+    isolation: str = ISOLATION,
+    min_steps: int = MIN_STEPS,
+    budget: int = typer.Option(
+        None,
+        "--budget",
+        help="Only K pairs per listed workload without pairs, picked one at a time by --model (then stop).",
+    ),
+    model: Path = typer.Option(None, "--model", help="Model (sharewise train) that picks the --budget pairs."),
     threads: int = THREADS,
     timeout: float = TIMEOUT,
     idle_wait: float = IDLE_WAIT,
@@ -213,9 +256,12 @@ def pairs(
         repeats,
         threads,
         timeout,
+        isolation,
         max_repeats=max_repeats,
+        ci_target=ci_target / 100,
         idle_wait_s=idle_wait,
         probe=not no_probe,
+        min_window_steps=min_steps,
     )
     options = PairsOptions(
         workloads=tuple(split_list(workloads)),
@@ -226,10 +272,27 @@ def pairs(
         ray_cpus=ray_cpus,
         max_retries=max_retries,
         retry_failed=retry_failed,
+        budget=budget,
+        model=model,
     )
-    with CampaignProgress() as progress:
-        result = run(options, on_event=progress.on_event)
+    from sharewise.profiler.interrupts import CampaignInterrupted
+
+    try:
+        with CampaignProgress() as progress:
+            result = run(options, on_event=progress.on_event)
+    except CampaignInterrupted as exc:
+        stopped(exc, exc.kept, out)
     render_pairs(result)
+
+
+def stopped(exc, kept: int, out: Path) -> None:
+    """Say what an interrupted run kept and exit with the signal's shell code (130 for Ctrl-C, 143 for SIGTERM)."""
+    err_console.print(
+        f"interrupted by {exc.name}: workers stopped, {kept} row(s) written are kept in {out}; "
+        "rerun the same command to resume"
+    )
+    # Not typer.Exit: without standalone mode click returns its code instead of exiting with it.
+    sys.exit(exc.exit_code)
 
 
 class CampaignProgress:
@@ -300,27 +363,30 @@ def render_pairs(result) -> None:
 
 
 def print_matrix(pairs_df) -> None:
-    """Print one slowdown matrix (row next to column, CV in brackets) per device and mode."""
+    """Print one slowdown matrix per device and mode: row next to column, with the 95% confidence half-width
+    (``+-2%``) where the pairs have one, else the CV over repeats in brackets."""
     from sharewise.datasets.summary import slowdown_matrix
 
     for (dev, mode), group in pairs_df.groupby(["device_name", "mode"]):
         matrix = slowdown_matrix(group)
+        cis = slowdown_matrix(group, value="ci")
         cvs = slowdown_matrix(group, value="cv")
         if matrix.empty:
             continue
-        table = Table(title=f"slowdown of row next to column (CV) - {dev}, mode {mode}")
+        table = Table(title=f"slowdown of row next to column (+-95% CI half-width, or (CV)) - {dev}, mode {mode}")
         table.add_column("self \\ partner")
         for c in matrix.columns:
             table.add_column(c, justify="right")
         for r in matrix.index:
             cells = []
             for c in matrix.columns:
-                v, s = matrix.loc[r, c], cvs.loc[r, c]
+                v, h, s = matrix.loc[r, c], cis.loc[r, c], cvs.loc[r, c]
                 if v != v:
                     cells.append("-")
-                else:
-                    colour = "green" if v < 1.5 else "yellow" if v < 2.0 else "red"
-                    cells.append(f"[{colour}]{v:.2f}[/{colour}]" + ("" if s != s else f" ({s * 100:.0f}%)"))
+                    continue
+                colour = "green" if v < 1.5 else "yellow" if v < 2.0 else "red"
+                spread = f" +-{h * 100:.1f}%" if h == h else "" if s != s else f" ({s * 100:.0f}%)"
+                cells.append(f"[{colour}]{v:.2f}[/{colour}]{spread}")
             table.add_row(r, *cells)
         console.print(table)
 
@@ -347,6 +413,11 @@ def show(
         f"{overview['profiles']} profiles of {overview['workloads']} workloads; {overview['pairs']} pairs "
         f"{overview['status']}; devices {overview['devices']}; modes {overview['modes']}"
     )
+    if overview.get("ci_median") is not None:
+        console.print(
+            f"slowdowns known to within +-{overview['ci_median'] * 100:.1f}% (median 95% confidence half-width; "
+            f"widest +-{overview['ci_max'] * 100:.1f}%)"
+        )
     if len(prof):
         table = Table(title="solo profiles")
         for col in ("workload", "family", "device", "mode", "batch", "steps/s", "CV", "features"):

@@ -39,6 +39,7 @@ PROFILE_OPTIONAL: dict[str, str] = {
     "pm_score": "float",
     "profile_s": "float",
     "probe_cv": "float",
+    "isolation": "str",
     "source": "str",
     # JSON object: GPUs -> isolated steps/s of the whole job on that many GPUs, e.g. '{"1": 4.4, "2": 7.9}'.
     "scale_throughputs": "str",
@@ -73,6 +74,12 @@ PAIR_OPTIONAL: dict[str, str] = {
     "steps_a": "int",
     "steps_b": "int",
     "source": "str",
+    # Half-width of the 95% confidence interval of slowdown_a (_b) over the repeats, as a fraction of it
+    # (0.02: known to within 2%); NaN where unknown (one repeat, imported data).
+    "ci_a": "float",
+    "ci_b": "float",
+    "isolation": "str",  # warm: repeats in long-lived worker processes; fresh: each in new ones
+    "pair_s": "float",  # seconds the pair run took, start-ups included
 }
 PAIR_STATUSES = ("ok", "failed", "oom", "timeout", "skipped")
 # Columns of a predictions table: what the predictor writes and the policies read (p* are slowdowns).
@@ -167,6 +174,10 @@ def _coerce(
             df[col] = _strings(df[col], source, col)
         elif kind == "int":
             values = _numeric(df[col], source, col)
+            if col in optional:
+                # Files written before an optional count existed (or imported ones) leave it empty when a
+                # folder's files are read together: 0 is its "not recorded", as in rows that failed.
+                values = values.fillna(0.0)
             if values.isna().any() or not np.all(np.mod(values.to_numpy(dtype=float), 1) == 0):
                 raise SchemaError(f"{source}: column {col!r} must hold whole numbers")
             df[col] = values.astype("int64")

@@ -221,8 +221,17 @@ def _data_files(folder: Path) -> list[Path]:
 
 
 def _read_folder(folder: Path, validate) -> pd.DataFrame | None:
-    frames = []
-    for path in _data_files(folder):
+    """Read every Parquet file of ``folder`` into one validated frame with a ``_file`` column, or None.
+
+    The files are concatenated as Arrow tables and validated once (a campaign folder holds one file per
+    pair: validating each alone cost most of ``sharewise show``). Only when that fails are the files
+    validated one by one, so the error still names the file at fault.
+    """
+    paths = _data_files(folder)
+    if not paths:
+        return None
+    tables = []
+    for path in paths:
         try:
             table = pq.read_table(path)
         except (pa.ArrowInvalid, OSError) as exc:
@@ -230,13 +239,17 @@ def _read_folder(folder: Path, validate) -> pd.DataFrame | None:
                 f"{path}: not a readable Parquet file ({str(exc).splitlines()[0]}); "
                 "move it out of the dataset folder or re-measure it"
             ) from None
-        frame = validate(table.to_pandas(), source=str(path))
-        frame["_file"] = path.name
+        tables.append(table.append_column("_file", pa.array([path.name] * table.num_rows, pa.string())))
+    try:
+        combined = pa.concat_tables(tables, promote_options="permissive").to_pandas()
+        return validate(combined, source=str(folder))
+    except (SchemaError, pa.ArrowInvalid, pa.ArrowTypeError):
+        pass
+    frames = []
+    for path, table in zip(paths, tables, strict=True):
+        frame = validate(table.to_pandas(), source=str(path))  # raises, naming the file at fault
         frames.append(frame)
-    if not frames:
-        return None
-    df = pd.concat(frames, ignore_index=True)
-    return df
+    return validate(pd.concat(frames, ignore_index=True), source=str(folder))
 
 
 def _latest(df: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:

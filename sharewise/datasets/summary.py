@@ -19,6 +19,7 @@ def directed_slowdowns(pairs: pd.DataFrame) -> pd.DataFrame:
         frame["partner"] = ok[f"workload_{other}"]
         frame["slowdown"] = ok[f"slowdown_{me}"]
         frame["cv"] = ok[f"cv_{me}"]
+        frame["ci"] = ok[f"ci_{me}"] if f"ci_{me}" in ok else float("nan")
     same = ok["workload_a"] == ok["workload_b"]
     out = pd.concat([a, b[~same.to_numpy()]], ignore_index=True)
     return out
@@ -27,7 +28,8 @@ def directed_slowdowns(pairs: pd.DataFrame) -> pd.DataFrame:
 def slowdown_matrix(pairs: pd.DataFrame, value: str = "slowdown") -> pd.DataFrame:
     """Return a square table: entry (r, c) = ``value`` of workload r next to workload c (mean over rows).
 
-    ``value`` is ``"slowdown"`` or ``"cv"``. For a self-pair the two processes' values are averaged.
+    ``value`` is ``"slowdown"``, ``"cv"`` (spread over repeats) or ``"ci"`` (the relative 95% confidence
+    half-width; NaN where the pairs table has none). For a self-pair the two processes' values are averaged.
     """
     directed = directed_slowdowns(pairs)
     if directed.empty:
@@ -35,15 +37,18 @@ def slowdown_matrix(pairs: pd.DataFrame, value: str = "slowdown") -> pd.DataFram
     ok = pairs[pairs["status"] == "ok"]
     self_pairs = ok[ok["workload_a"] == ok["workload_b"]]
     if not self_pairs.empty:
-        col_a, col_b = ("slowdown_a", "slowdown_b") if value == "slowdown" else ("cv_a", "cv_b")
-        means = (self_pairs[col_a] + self_pairs[col_b]) / 2
+        col_a, col_b = f"{value}_a", f"{value}_b"
+        if col_a in self_pairs:
+            means = (self_pairs[col_a] + self_pairs[col_b]) / 2
+        else:
+            means = pd.Series(float("nan"), index=self_pairs.index)
         directed = directed[directed["self"] != directed["partner"]]
         extra = pd.DataFrame(
             {"self": self_pairs["workload_a"], "partner": self_pairs["workload_b"], value: means}
         )
         directed = pd.concat([directed, extra], ignore_index=True)
     names = sorted(set(directed["self"]) | set(directed["partner"]))
-    table = directed.pivot_table(index="self", columns="partner", values=value, aggfunc="mean")
+    table = directed.pivot_table(index="self", columns="partner", values=value, aggfunc="mean", dropna=False)
     return table.reindex(index=names, columns=names)
 
 
@@ -55,6 +60,8 @@ def dataset_overview(profiles: pd.DataFrame, pairs: pd.DataFrame) -> dict:
     """
     devices = sorted(set(profiles.get("device_name", [])) | set(pairs.get("device_name", [])))
     modes = sorted(set(profiles.get("mode", [])) | set(pairs.get("mode", [])))
+    cols = [pairs[c] for c in ("ci_a", "ci_b") if c in pairs]
+    ci = pd.concat(cols, ignore_index=True).dropna() if cols else pd.Series(dtype=float)
     return {
         "profiles": int(len(profiles)),
         "workloads": int(profiles["workload"].nunique()) if len(profiles) else 0,
@@ -62,4 +69,7 @@ def dataset_overview(profiles: pd.DataFrame, pairs: pd.DataFrame) -> dict:
         "status": {k: int(v) for k, v in pairs["status"].value_counts().items()} if len(pairs) else {},
         "devices": devices,
         "modes": modes,
+        # Relative 95% confidence half-widths of the measured slowdowns (pairs with repeats that report one).
+        "ci_median": float(ci.median()) if len(ci) else None,
+        "ci_max": float(ci.max()) if len(ci) else None,
     }

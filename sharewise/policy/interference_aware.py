@@ -181,43 +181,44 @@ def sharewise(
         return placements
     waits = np.array(waiting, dtype=np.int64)
     single = state.single_gpus()
-    saving = _sharing_savings(queue, cluster, table, state, waits, single, now, max_slowdown, quantile, slo_quantile)
-    k_a = queue.gpus[waits]
-    taken = np.zeros(single.shape[0], dtype=bool)
+    rows, cols, saving = _sharing_savings(
+        queue, cluster, table, state, waits, single, now, max_slowdown, quantile, slo_quantile
+    )
+    good = saving > 0
+    if not good.any():
+        return placements
+    k_a = queue.gpus[waits[rows]]
+    taken = np.zeros(cols.shape[0], dtype=bool)
     # Multi-GPU jobs (rare) first: their best shared GPUs, when every one of them saves.
     for r in np.flatnonzero(k_a > 1):
         need = int(k_a[r]) - state.n_free
-        if need <= 0 or need > single.shape[0]:
+        if need <= 0 or need > cols.shape[0]:
             continue
         row = np.where(taken, -np.inf, saving[r])
         best = np.argsort(-row, kind="stable")[:need]
         if not np.all(row[best] > 0):
             continue
         free = pick_free_gpus(state.free_mask(), cluster.node, state.n_free) if state.n_free else None
-        gpus = single[best] if free is None else np.concatenate([free, single[best]])
+        shared = single[cols[best]]
+        gpus = shared if free is None else np.concatenate([free, shared])
         taken[best] = True
-        i = int(waits[r])
+        i = int(waits[rows[r]])
         state.place(int(queue.job[i]), int(queue.workload[i]), float(queue.remaining[i]), gpus)
         placements.append(Placement(int(queue.job[i]), tuple(sorted(int(g) for g in gpus))))
     # Single-GPU jobs: one assignment to shared GPUs (or to waiting, which saves nothing).
-    rows = np.flatnonzero(k_a == 1)
-    cols = np.flatnonzero(~taken)
-    if rows.shape[0] == 0 or cols.shape[0] == 0:
+    good &= (k_a == 1)[:, None] & ~taken[None, :]
+    use_r, use_c = good.any(axis=1), good.any(axis=0)
+    if not use_r.any():
         return placements
-    gain = saving[np.ix_(rows, cols)]
-    good = gain > 0
-    rows_ok, cols_ok = good.any(axis=1), good.any(axis=0)
-    if not rows_ok.any():
-        return placements
-    rows, cols = rows[rows_ok], cols[cols_ok]
-    gain = saving[np.ix_(rows, cols)]
+    gain = saving[np.ix_(use_r, use_c)]
     cost = np.where(gain > 0, -gain, _FORBIDDEN)
-    m = rows.shape[0]
+    m = cost.shape[0]
     r_idx, c_idx = linear_sum_assignment(np.concatenate([cost, np.zeros((m, m))], axis=1))
+    row_of, col_of = rows[use_r], cols[use_c]
     for r, c in zip(r_idx.tolist(), c_idx.tolist(), strict=True):
-        if c < cols.shape[0] and cost[r, c] < _FORBIDDEN:
-            i = int(waits[rows[r]])
-            placements.append(Placement(int(queue.job[i]), (int(single[cols[c]]),)))
+        if c < col_of.shape[0] and cost[r, c] < _FORBIDDEN:
+            i = int(waits[row_of[r]])
+            placements.append(Placement(int(queue.job[i]), (int(single[col_of[c]]),)))
     return placements
 
 
@@ -269,17 +270,18 @@ def _pair_constants(table: SlowdownTable, quantile: str) -> tuple[np.ndarray, ..
 
 def _sharing_savings(
     queue, cluster, table, state, waits, single, now, max_slowdown, quantile, slo_quantile
-) -> np.ndarray:
-    """(waiting jobs x GPUs holding one job): the time sharing saves at ``quantile`` slowdowns; -inf where the
-    pair may not share or where the SLO would not hold at ``slo_quantile`` slowdowns (module docstring).
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Return ``(rows, cols, saving)``: ``saving[i, j]`` is the time waiting job ``waits[rows[i]]`` saves by
+    joining the lone resident of GPU ``single[cols[j]]``, at ``quantile`` slowdowns; -inf where the pair may
+    not share or where the SLO would not hold at ``slo_quantile`` slowdowns (module docstring).
 
-    Closed forms over per-pair constants (``_pair_constants``), on the GPUs whose resident still has SLO
-    budget and the jobs that may join one of them, keep this a few vector operations per call.
+    Only GPUs whose resident still has SLO budget, and jobs that may join one of them, are scored; closed
+    forms over per-pair constants (``_pair_constants``) keep this a few vector operations per call.
     """
+    empty = np.empty(0, dtype=np.int64)
     ok, q, _, extra, joinable = _pair_constants(table, slo_quantile)
     _, g, stretch, _, _ = _pair_constants(table, quantile)
     n = len(table)
-    out = np.full((waits.shape[0], single.shape[0]), -np.inf)
     resident = state.partner[single]
     speed = cluster.speed[single]
     e_b = state.remaining[single] / speed
@@ -288,14 +290,17 @@ def _sharing_savings(
     budget = max_slowdown * cluster.job_work[resident] / speed - (now - cluster.job_start[resident])
     cols = np.flatnonzero((e_b <= budget) & joinable[wl_b])
     if cols.shape[0] == 0:
-        return out
+        return empty, empty, np.empty((0, 0))
     wl_a = queue.workload[waits]
-    rows = np.flatnonzero(ok.reshape(n, n)[np.ix_(wl_a, np.unique(wl_b[cols]))].any(axis=1))
+    types_b = np.zeros(n, dtype=bool)
+    types_b[wl_b[cols]] = True
+    rows = np.flatnonzero(ok.reshape(n, n)[wl_a][:, types_b].any(axis=1))
     if rows.shape[0] == 0:
-        return out
+        return empty, empty, np.empty((0, 0))
     ab = wl_a[rows][:, None] * n + wl_b[cols][None, :]
     ba = wl_b[cols][None, :] * n + wl_a[rows][:, None]
-    ea = queue.remaining[waits[rows]][:, None] / speed[cols][None, :]
+    sp = speed[cols][None, :]
+    ea = queue.remaining[waits[rows]][:, None] / sp
     eb, bud = e_b[cols][None, :], budget[cols][None, :]
     q_ab, q_ba = q.take(ab), q.take(ba)
     a_first = q_ab * ea <= q_ba * eb
@@ -312,5 +317,4 @@ def _sharing_savings(
     release = release_times(cluster, table, m=int(queue.gpus[waits].sum()) + 1)
     rank = np.minimum(np.cumsum(queue.gpus[waits]) - 1, release.shape[0] - 1)
     wait = np.minimum(eb, release[rank][rows][:, None])
-    out[np.ix_(rows, cols)] = np.where(slo, wait - pair_stretch, -np.inf)
-    return out
+    return rows, cols, np.where(slo, wait - pair_stretch, -np.inf)

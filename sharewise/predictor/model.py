@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -38,8 +39,22 @@ PROBE_OFFSET = "self_f_probe_slowdown"
 OFFSET_TERM = "offset: log "
 
 
+#: Set by the CLI, a short-lived process that only uses XGBoost's own Booster: import XGBoost without its
+#: scikit-learn wrapper. ``import xgboost`` otherwise imports scikit-learn (most of SciPy), which costs a
+#: command such as ``recommend`` more than its predictions do. Library users keep XGBoost's full import.
+LEAN_XGBOOST_IMPORT = False
+
+
 def _xgboost():
     try:
+        if LEAN_XGBOOST_IMPORT and "xgboost" not in sys.modules and "sklearn" not in sys.modules:
+            # A None entry makes ``import sklearn`` raise ImportError, which xgboost.compat handles by
+            # leaving its scikit-learn wrapper out; sklearn imports normally again afterwards.
+            sys.modules["sklearn"] = None
+            try:
+                import xgboost
+            finally:
+                del sys.modules["sklearn"]
         import xgboost
     except ImportError:  # pragma: no cover - depends on the install
         raise MissingDependencyError(

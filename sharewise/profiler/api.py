@@ -9,8 +9,12 @@ import pandas as pd
 
 from sharewise.datasets.store import Dataset
 from sharewise.profiler.config import RunConfig, device_kind
+from sharewise.profiler.interrupts import StopSignals
+from sharewise.profiler.modes import SHARING_MODES
+from sharewise.profiler.pool import WorkerPool
 from sharewise.profiler.solo import add_pm_scores, profile_workload
 from sharewise.profiler.workloads import resolve_specs, workload_name
+from sharewise.profiler.writes import write_rows
 
 
 def _feature_key(spec: str, config: RunConfig, info: dict) -> dict:
@@ -26,12 +30,17 @@ def _feature_key(spec: str, config: RunConfig, info: dict) -> dict:
 
 
 def profile_one(
-    spec: str, config: RunConfig, use_cache: bool = True, extra_env: dict[str, str] | None = None
+    spec: str,
+    config: RunConfig,
+    use_cache: bool = True,
+    extra_env: dict[str, str] | None = None,
+    pool: WorkerPool | None = None,
 ) -> dict:
     """Profile one workload and return its profiles-table row; features come from the cache when present.
 
     Features depend on (workload, size, batch size, device, torch version, mode), not on the run, so they
-    are computed once and cached (``$SHAREWISE_CACHE_DIR`` or ``~/.cache/sharewise/features``).
+    are computed once and cached (``$SHAREWISE_CACHE_DIR`` or ``~/.cache/sharewise/features``). ``pool``:
+    warm workers to run in and leave the job's worker in (a campaign's, see ``profile_workload``).
     """
     from sharewise.profiler.features import FeatureCache
 
@@ -42,7 +51,7 @@ def profile_one(
             return None
         return cache.get(_feature_key(spec, config, info))
 
-    result = profile_workload(spec, config, feature_lookup=lookup, extra_env=extra_env)
+    result = profile_workload(spec, config, feature_lookup=lookup, extra_env=extra_env, pool=pool)
     if cache is not None and result.new_features is not None:
         cache.put(_feature_key(spec, config, result.row), result.new_features)
     return result.row
@@ -68,7 +77,8 @@ def profile_many(
     """Profile each workload (on each visible device with ``all_devices``), persisting each row as it lands.
 
     With ``all_devices`` each row also gets ``pm_score``: its throughput relative to the median device's for
-    the same workload (PAL's performance-variability score).
+    the same workload (PAL's performance-variability score). With warm isolation one probe process per
+    device serves every workload's profile.
     """
     from sharewise.profiler.device import device_name
 
@@ -78,28 +88,42 @@ def profile_many(
     for dev in devices:
         device_name(dev)  # fail early, with the list of devices, before any run
     rows = []
-    with dataset.lock("profile") if dataset is not None else contextlib.nullcontext():
-        for spec, _name in resolved:
-            rows.extend(_profile_devices(spec, config, devices, dataset, all_devices, use_cache, on_row))
+    # The sharing mode's environment (the MPS daemon for ``mps``) holds for every profile, as in a campaign:
+    # a profile labelled ``mps`` is measured under MPS, its probe window included.
+    with StopSignals() as stops, SHARING_MODES.get(config.mode).environment(config) as mode_env:
+        extra_env = dict(mode_env) or None
+        pools = {
+            dev: WorkerPool(config.replace(device=dev), extra_env, reuse=config.isolation == "warm") for dev in devices
+        }
+        try:
+            with dataset.lock("profile") if dataset is not None else contextlib.nullcontext():
+                for spec, _name in resolved:
+                    rows.extend(_profile_devices(spec, config, pools, dataset, all_devices, use_cache, on_row, stops))
+        finally:
+            for pool in pools.values():
+                pool.close()
     return pd.DataFrame(rows)
 
 
-def _profile_devices(spec, config, devices, dataset, all_devices, use_cache, on_row) -> list[dict]:
+def _profile_devices(spec, config, pools, dataset, all_devices, use_cache, on_row, stops) -> list[dict]:
     """Profile one workload on each device; rows persist at once, or together once PM scores are known."""
     per_device = []
-    for dev in devices:
-        row = profile_one(spec, config.replace(device=dev), use_cache=use_cache)
+    for dev, pool in pools.items():
+        row = profile_one(spec, config.replace(device=dev), use_cache=use_cache, pool=pool)
+        pool.evict_spec(spec)  # no later run here needs the job's worker; the probe's stays for the next
         per_device.append(row)
         if not all_devices:
-            _persist(dataset, row, on_row)
+            with stops.deferred():
+                _persist(dataset, row, on_row)
     if all_devices:
-        for row in add_pm_scores(per_device):
-            _persist(dataset, row, on_row)
+        with stops.deferred():
+            for row in add_pm_scores(per_device):
+                _persist(dataset, row, on_row)
     return per_device
 
 
 def _persist(dataset: Dataset | None, row: dict, on_row) -> None:
     if dataset is not None:
-        dataset.write_profiles(pd.DataFrame([row]))
+        write_rows(dataset, "profiles", [row])
     if on_row is not None:
         on_row(row)

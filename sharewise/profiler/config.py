@@ -9,13 +9,19 @@ from sharewise.errors import ConfigError
 from sharewise.profiler.modes import SHARING_MODES, modes_for
 
 SIZES = ("tiny", "small", "full")
+#: ``warm``: one long-lived worker process per (workload, placement) for a whole campaign or profile;
+#: ``fresh``: new processes for every repeat (today's pytorch/benchmark-style isolation).
+ISOLATIONS = ("warm", "fresh")
 
 # Measurement constants (STYLE.md practice 3): warm-up until step time settles, then fixed windows.
-WARMUP_STEPS = 10  # at least this many steps before any window
+WARMUP_STEPS = 4  # at least this many steps before any window
 WARMUP_MAX_S = 20.0  # give up waiting for step time to settle after this long (and record it)
-SETTLE_TOLERANCE = 0.10  # mean of the last 5 steps within 10% of the 5 before counts as settled
-MIN_WINDOW_STEPS = 10  # a window with fewer steps is extended, never reported
-CV_TARGET = 0.05  # rerun pairs whose repeat CV exceeds this
+SETTLE_TOLERANCE = 0.10  # median of the last 3 steps within 10% of that one step earlier: settled
+# A window with fewer steps is extended, never reported. Few steps and short windows: on a shared VM each
+# vCPU's speed moves by 15-25% from one 0.2 s to the next (independently per vCPU), so many short
+# alternating windows pin a slowdown down faster than a few long ones (bench_campaign.py).
+MIN_WINDOW_STEPS = 3
+CI_TARGET = 0.02  # repeat until the 95% confidence half-width of each slowdown is within 2% of it
 DISTURBANCE_LIMIT = 0.10  # share of the machine used by foreign processes that makes a run void
 IDLE_THRESHOLD = 0.10  # share of the machine busy that counts as "not idle" before a run
 
@@ -27,27 +33,31 @@ class RunConfig:
     ``device`` is ``"cpu"``, ``"cuda"`` or ``"cuda:i"``; ``mode`` one of ``SHARING_MODES`` whose device kind
     is the device's (``cpu``/``cpu-partition`` on CPUs, ``timeslice``/``mps`` on CUDA devices). ``window_s``
     is the measurement window, extended as needed so each window holds ``min_window_steps`` steps.
+    A pair (or a profile) runs at least ``repeats`` and at most ``max_repeats`` repeats, stopping once the
+    95% confidence half-width of each slowdown is within ``ci_target`` of it; ``isolation`` says whether
+    the repeats run in warm long-lived processes (``"warm"``) or each in new ones (``"fresh"``).
     """
 
     device: str = "cpu"
     mode: str = "cpu"
     size: str = "small"
     batch_size: int | None = None
-    window_s: float = 2.0
+    window_s: float = 0.5
     max_window_s: float = 30.0
     min_window_steps: int = MIN_WINDOW_STEPS
     warmup_steps: int = WARMUP_STEPS
     warmup_max_s: float = WARMUP_MAX_S
-    repeats: int = 3
-    max_repeats: int = 6
-    cv_target: float = CV_TARGET
+    repeats: int = 3  # at least this many repeats (rounds of solo and shared windows)
+    max_repeats: int = 20
+    ci_target: float = CI_TARGET
+    isolation: str = "warm"
     threads: int | None = None  # per process; default: the cores the process may use
-    timeout_s: float = 300.0  # per repeat (both processes, start to exit)
+    timeout_s: float = 300.0  # per repeat (worker start-ups included), and per worker start
     idle_threshold: float = IDLE_THRESHOLD
     idle_wait_s: float = 30.0
     disturbance_limit: float = DISTURBANCE_LIMIT
     disturbance_retries: int = 2
-    trace_steps: int = 5
+    trace_steps: int = 3
     features: bool = True
     # Run the job next to the probe once per repeat for the sensitivity/pressure features (with ``features``).
     probe: bool = True
@@ -79,6 +89,10 @@ class RunConfig:
         for name, value in positive.items():
             if not value > 0:
                 raise ConfigError(f"{name} must be positive, got {value!r}")
+        if self.isolation not in ISOLATIONS:
+            raise ConfigError(f"isolation must be one of {list(ISOLATIONS)}, got {self.isolation!r}")
+        if not 0 < self.ci_target < 1:
+            raise ConfigError(f"ci_target is a fraction of the slowdown in (0, 1), got {self.ci_target!r}")
         if self.max_repeats < self.repeats:
             raise ConfigError(f"max_repeats ({self.max_repeats}) must be >= repeats ({self.repeats})")
         if self.batch_size is not None and self.batch_size < 1:

@@ -1,8 +1,13 @@
-"""Driver side of worker processes: launch, coordinate the shared windows, collect results, clean up."""
+"""Driver side of worker processes: launch, coordinate the shared windows, collect results, clean up.
+
+A worker lives for one repeat (``--isolation fresh``) or for a whole campaign (``warm``, kept by
+``pool.WorkerPool``); the windows it measures are the same either way.
+"""
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import select
 import signal
@@ -16,16 +21,21 @@ from sharewise.profiler.config import SETTLE_TOLERANCE, RunConfig
 from sharewise.profiler.hostload import ForeignCpuMeter
 from sharewise.profiler.modes import CoreAssignment, worker_env
 
-START_DELAY_S = 0.25  # lead time so both workers are waiting before the shared start
+START_DELAY_S = 0.03  # lead time so every worker is waiting (blocked, idle) before the shared start
+STOP_TIMEOUT_S = 30.0  # a worker answers "stop" after its current step; a step longer than this is a hang
 
 
 class WorkerFailed(Exception):
-    """A worker reported an error, died, or missed a deadline; ``status`` is failed, oom or timeout."""
+    """A worker reported an error, died, or missed a deadline; ``status`` is failed, oom or timeout.
 
-    def __init__(self, status: str, error: str) -> None:
+    ``spec`` names the workload whose worker failed (empty when unknown).
+    """
+
+    def __init__(self, status: str, error: str, spec: str = "") -> None:
         super().__init__(error)
         self.status = status
         self.error = error
+        self.spec = spec
 
 
 @dataclass
@@ -56,6 +66,8 @@ class Worker:
     ) -> None:
         self.spec = spec
         self.deadline = deadline
+        self.assignment = assignment
+        self.last_used = time.monotonic()
         payload = {
             "spec": spec,
             "device": config.device,
@@ -94,9 +106,9 @@ class Worker:
         try:
             self.proc.stdin.write(json.dumps(msg) + "\n")
             self.proc.stdin.flush()
-        except (BrokenPipeError, OSError):
+        except (BrokenPipeError, OSError, ValueError):
             raise WorkerFailed(
-                "failed", f"{self.spec}: worker exited unexpectedly{self._stderr_tail()}"
+                "failed", f"{self.spec}: worker exited unexpectedly{self._stderr_tail()}", self.spec
             ) from None
 
     def recv(self, expect: str, timeout: float) -> dict:
@@ -111,8 +123,8 @@ class Worker:
             if remaining <= 0:
                 # Name the limit that ran out: the whole run's deadline often cuts this wait short.
                 if limit < began + timeout:
-                    raise WorkerFailed("timeout", f"{self.spec}: no {expect!r} before the run's timeout")
-                raise WorkerFailed("timeout", f"{self.spec}: no {expect!r} within {timeout:.0f} s")
+                    raise WorkerFailed("timeout", f"{self.spec}: no {expect!r} before the run's timeout", self.spec)
+                raise WorkerFailed("timeout", f"{self.spec}: no {expect!r} within {timeout:.0f} s", self.spec)
             ready, _, _ = select.select([fd], [], [], min(remaining, 1.0))
             if ready:
                 chunk = os.read(fd, 65536).decode(errors="replace")
@@ -123,17 +135,33 @@ class Worker:
                         f"killed by signal {-code}" if code is not None and code < 0 else f"exit code {code}"
                     )
                     status = "oom" if code == -signal.SIGKILL else "failed"
-                    raise WorkerFailed(status, f"{self.spec}: worker died ({reason}){self._stderr_tail()}")
+                    raise WorkerFailed(
+                        status, f"{self.spec}: worker died ({reason}){self._stderr_tail()}", self.spec
+                    )
                 self._buf += chunk
         line, self._buf = self._buf.split("\n", 1)
         msg = json.loads(line)
+        if msg.get("event") == "stopped" and expect != "stopped":
+            # The late answer to a "stop" sent while a run was being abandoned: nothing waits for it.
+            return self.recv(expect, max(0.0, limit - time.monotonic()))
         if msg.get("event") == "error":
-            raise WorkerFailed(msg.get("status", "failed"), f"{self.spec}: {msg.get('error')}")
+            raise WorkerFailed(msg.get("status", "failed"), f"{self.spec}: {msg.get('error')}", self.spec)
         if msg.get("event") != expect:
-            raise WorkerFailed("failed", f"{self.spec}: expected {expect!r}, got {msg}")
+            raise WorkerFailed("failed", f"{self.spec}: expected {expect!r}, got {msg}", self.spec)
         if expect == "ready":
             self.ready = True
+            self.info = msg
+        self.last_used = time.monotonic()
         return msg
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    @property
+    def mem_bytes(self) -> float:
+        """Device memory the worker holds while idle (its ready report; 0.0 before it is ready)."""
+        return float(self.info.get("mem_bytes", 0.0))
 
     def _stderr_tail(self) -> str:
         try:
@@ -200,19 +228,20 @@ def _window(msg: dict) -> Window:
     return Window(**{k: msg[k] for k in Window.__dataclass_fields__ if k in msg})
 
 
-def common_window(config: RunConfig, step_ms: list[float], n_partners: int) -> float:
-    """Return the window length that holds ``min_window_steps`` of the slowest worker even when co-located.
+def common_window(config: RunConfig, step_ms: list[float]) -> float:
+    """Return the window length that holds ``min_window_steps`` solo steps of the slowest worker.
 
-    A co-located step can take up to ``n_partners`` times its solo time on shared cores, so the window is
-    sized for that; the worker still extends a window that ends with too few steps.
+    A co-located step takes longer; the worker extends its window until it holds ``min_window_steps``
+    steps (its partners keep stepping in their tails meanwhile), so the window need not be sized for the
+    slowdown it is about to measure.
     """
     slowest = max(step_ms) / 1e3
-    needed = config.min_window_steps * slowest * max(1, n_partners) * 1.2
+    needed = config.min_window_steps * slowest * 1.2
     return min(config.max_window_s, max(config.window_s, needed))
 
 
 def measure_together(
-    workers: list[Worker], window_s: float, min_steps: int, tail: bool = False
+    workers: list[Worker], window_s: float, min_steps: int, tail: bool = False, timeout: float | None = None
 ) -> tuple[list[Window], float]:
     """Start ``workers`` on one shared absolute start time; return their windows and the foreign CPU share.
 
@@ -220,10 +249,11 @@ def measure_together(
     (``ForeignCpuMeter``): for workers on every core the two are the same.
 
     With ``tail`` every worker keeps stepping until all windows are over, so each stays loaded to the end of
-    its partners' windows. A worker whose window has not come back within six windows plus 30 s (windows are
-    extended to hold ``min_steps``) is a timeout.
+    its partners' windows; each then answers "stop" with "stopped" after its current step, so the next
+    window starts on an idle device. A worker whose window has not come back within six windows plus 30 s
+    (windows are extended to hold ``min_steps``), or ``timeout`` when that is shorter, is a timeout.
     """
-    timeout = window_s * 6 + 30
+    timeout = min(window_s * 6 + 30, timeout if timeout is not None else math.inf)
     cores = sorted({c for w in workers for c in w.cores})
     meter = ForeignCpuMeter([w.pid for w in workers], cores=cores)
     start_at = time.time() + START_DELAY_S
@@ -235,42 +265,31 @@ def measure_together(
     if tail:
         for w in workers:
             w.send(cmd="stop")
+        for w in workers:
+            w.recv("stopped", min(timeout, STOP_TIMEOUT_S))
     return windows, foreign
 
 
-def run_repeat(
-    specs: tuple[str, str],
-    config: RunConfig,
-    assignments: list[CoreAssignment],
-    extra_env: dict[str, str] | None = None,
-) -> RepeatResult:
-    """Run one repeat of a pair: both warm up, A alone, B alone, then both over one shared window.
+def run_round(workers: list[Worker], config: RunConfig, index: int, timeout: float | None = None) -> RepeatResult:
+    """Run one repeat of a pair on ready workers: each alone, then both over one shared window.
 
-    The idle partner waits on a blocking read during the other's solo window, so it uses no CPU (on a GPU it
-    still holds its memory, as a resident job would). Raises ``WorkerFailed``.
+    Odd repeats run the windows in mirrored order (shared window first, then the solo windows from the
+    last worker to the first), so a drift of the machine's speed during a run of repeats biases
+    consecutive repeats' slowdowns in opposite directions and cancels in their mean. The idle partner
+    waits on a blocking read during the other's solo window, so it uses no CPU (on a GPU it still holds
+    its memory, as a resident job would). Raises ``WorkerFailed``.
     """
-    deadline = time.monotonic() + config.timeout_s
-    workers = [Worker(s, config, p, extra_env, deadline) for s, p in zip(specs, assignments, strict=True)]
-    try:
-        for w in workers:
-            w.info = w.recv("ready", config.timeout_s)
-        window = common_window(config, [w.info["step_ms"] for w in workers], len(workers))
-        solo, foreign = [], 0.0
-        for w in workers:
-            (win,), share = measure_together([w], window, config.min_window_steps)
-            solo.append(win)
-            foreign = max(foreign, share)
-        coloc, share = measure_together(workers, window, config.min_window_steps, tail=True)
+    window = common_window(config, [w.info["step_ms"] for w in workers])
+    solo: list[Window | None] = [None] * len(workers)
+    coloc: list[Window] = []
+    foreign = 0.0
+    steps: list[tuple[str, int]] = [("solo", i) for i in range(len(workers))] + [("shared", -1)]
+    if index % 2:
+        steps.reverse()
+    for kind, i in steps:
+        if kind == "solo":
+            (solo[i],), share = measure_together([workers[i]], window, config.min_window_steps, timeout=timeout)
+        else:
+            coloc, share = measure_together(workers, window, config.min_window_steps, tail=True, timeout=timeout)
         foreign = max(foreign, share)
-        return RepeatResult(solo, coloc, window, foreign, [w.info for w in workers])
-    except BaseException:
-        # A failed run: stop the partner now; a hung worker would ignore a polite exit for the whole wait.
-        for w in workers:
-            w.kill()
-        raise
-    finally:
-        # Exiting takes a torch process most of a second: ask all first, then wait for each.
-        for w in workers:
-            w.request_exit()
-        for w in workers:
-            w.close()
+    return RepeatResult([w for w in solo if w is not None], coloc, window, foreign, [w.info for w in workers])

@@ -15,11 +15,20 @@ from sharewise.profiler.config import RunConfig, device_kind
 from sharewise.profiler.hostload import wait_until_idle
 from sharewise.profiler.modes import placements
 from sharewise.profiler.pair import cv
-from sharewise.profiler.session import Worker, WorkerFailed, common_window, measure_together
+from sharewise.profiler.pool import WorkerPool
+from sharewise.profiler.probe import PROBE_SPEC
+from sharewise.profiler.session import Window, Worker, WorkerFailed, common_window, measure_together
 from sharewise.profiler.workloads import workload_name
 
 #: Spread over repeats (CV) of a profile's throughput or probe sensitivity above which it counts as noisy.
 NOISY_CV = 0.10
+#: Seconds of windows a warm profile's repeats may take together: a slow workload (long windows, which
+#: vary less) runs fewer of its ``repeats``, at least ``MIN_PROFILE_REPEATS``, so a cold profile of any zoo
+#: workload stays within about 20 s on a 2-core CPU.
+PROFILE_WINDOWS_S = 9.0
+MIN_PROFILE_REPEATS = 2
+#: Seconds of steps each of the features' two traced stretches aims at (``trace_steps``).
+TRACE_S = 0.5
 
 
 @dataclass
@@ -35,31 +44,151 @@ def profile_workload(
     config: RunConfig,
     feature_lookup=None,
     extra_env: dict[str, str] | None = None,
+    pool: WorkerPool | None = None,
 ) -> SoloResult:
     """Profile ``spec`` alone on ``config.device``; return its profiles-table row (in a ``SoloResult``).
 
-    Each of ``config.repeats`` repeats runs in a fresh process: warm-up until step time settles, then one
-    window. Features come from the first repeat's process, unless ``feature_lookup(info)`` returns cached
-    ones (``info`` is the worker's ready message: device name, batch size...). Raises ``ProfileFailed``.
+    One process warms up until step time settles; then ``config.repeats`` repeats (fewer for a slow
+    workload: ``profile_repeats``), each one solo window and one window next to the probe (``_ProbeRun``),
+    every other repeat in mirrored order so that drift cancels. With warm isolation the repeats run in
+    that one process (the pool's, when ``pool`` is given, so a campaign's pairs reuse it, and the probe's
+    process serves every profile); with fresh isolation each repeat runs in a new process. Features come
+    from the first process, unless ``feature_lookup(info)`` returns cached ones (``info`` is the worker's
+    ready message: device name, batch size...). Raises ``ProfileFailed``.
 
     Example row (abridged): ``{"workload": "resnet18", "batch_size": 32, "throughput": 9.8,
     "iter_time_ms": 102.0, "cv": 0.012, "f_flops_per_step": 3.4e10, ...}``
     """
-    (place,) = placements(config, 1)
-    windows, features, info = [], None, {}
-    probe = _ProbeRun(config, extra_env) if config.features and config.probe else None
+    warm = config.isolation == "warm"
+    jobs = pool or WorkerPool(config, extra_env, reuse=warm)
+    # Fresh isolation starts a job process per repeat, but one probe process serves them all.
+    probes = jobs if warm else WorkerPool(config, extra_env, reuse=True)
+    probe = _ProbeRun(config, probes) if config.features and config.probe else None
     began = time.monotonic()
     try:
-        for _ in range(config.repeats):
-            win, info, features = _solo_repeat(spec, config, place, extra_env, feature_lookup, features, probe)
-            windows.append(win)
+        windows, info, features = _repeats(spec, config, jobs, probe, feature_lookup)
+    except WorkerFailed as exc:
+        raise ProfileFailed(exc.status, exc.error) from None
     finally:
         if probe is not None:
-            probe.close()
+            probe.release()
+        if probes is not jobs:
+            probes.close()
+        if pool is None:
+            jobs.close()
+    row = _row(spec, config, windows, info, began)
+    feats = dict(features or {})
+    feats.pop("_computed", None)
+    row.update({k: float(v) for k, v in feats.items() if k.startswith("f_")})
+    _restate_rates(row, windows, info)
+    if probe is not None:
+        row.update(probe.features())
+    computed = (
+        {k: float(v) for k, v in feats.items() if k.startswith("f_")}
+        if features and features.get("_computed")
+        else None
+    )
+    return SoloResult(row, computed)
+
+
+def _repeats(spec, config, jobs: WorkerPool, probe, feature_lookup):
+    """The solo and probe windows of a profile; returns ``(solo windows, ready info, features)``."""
+    (place,) = placements(config, 1)
+    windows: list[Window] = []
+    features, info = None, {}
+    job: Worker | None = None
+    n_repeats = config.repeats
+    try:
+        r = 0
+        while r < n_repeats:
+            if job is None:
+                wait_until_idle(config.idle_threshold, max_wait_s=config.idle_wait_s)
+                job = _start(spec, place, jobs, probe)
+                info = job.info
+                if features is None and feature_lookup is not None:
+                    features = feature_lookup(info)
+                if features is None and config.features:
+                    job.send(cmd="features", trace_steps=trace_steps(config, info["step_ms"]))
+                    features = job.recv("features", config.timeout_s)["features"]
+                    features["_computed"] = True
+                if probe is not None and r == 0:
+                    probe.measure_alone()
+                if r == 0:
+                    n_repeats = profile_repeats(config, info["step_ms"], probe.step_ms() if probe else None)
+            job.deadline = time.monotonic() + config.timeout_s
+            window = common_window(config, [info["step_ms"]])
+            order = ("solo", "probe") if r % 2 == 0 else ("probe", "solo")
+            solo = shared = None
+            for kind in order:
+                if kind == "solo":
+                    (solo,), _ = measure_together([job], window, config.min_window_steps, timeout=config.timeout_s)
+                elif probe is not None:
+                    shared = probe.measure_with(job, info["step_ms"])
+            windows.append(solo)
+            if probe is not None:
+                probe.record(solo, shared)
+            job.deadline = None
+            if not jobs.reuse:
+                jobs.release([job])
+                job = None
+            r += 1
+        if probe is not None:
+            probe.measure_alone()
+    except BaseException:
+        if job is not None:
+            jobs.discard([job])
+        raise
+    if job is not None:
+        jobs.release([job])
+    return windows, info, features
+
+
+def trace_steps(config: RunConfig, step_ms: float) -> int:
+    """Steps the features are traced over: ``config.trace_steps``, fewer (at least 2) for slow steps.
+
+    The features are per step or shares of a step; a slow step holds hundreds of ops, and two of them
+    describe it as well as three, at a third less of a cold profile's time.
+
+    >>> trace_steps(RunConfig(trace_steps=3), 40.0), trace_steps(RunConfig(trace_steps=3), 400.0)
+    (3, 2)
+    """
+    return max(min(2, config.trace_steps), min(config.trace_steps, int(TRACE_S * 1e3 // max(step_ms, 1e-3))))
+
+
+def profile_repeats(config: RunConfig, step_ms: float, probe_step_ms: float | None) -> int:
+    """Repeats a profile runs: ``config.repeats``, fewer where they would take over ``PROFILE_WINDOWS_S``.
+
+    >>> profile_repeats(RunConfig(repeats=6), step_ms=30.0, probe_step_ms=7.0)
+    6
+    >>> profile_repeats(RunConfig(repeats=6), step_ms=320.0, probe_step_ms=7.0)
+    2
+    """
+    solo = common_window(config, [step_ms])
+    # A shared window runs until the job's steps, up to twice as long next to the probe, fill it.
+    shared = max(solo, 2 * config.min_window_steps * step_ms / 1e3) if probe_step_ms else 0.0
+    fits = int(PROFILE_WINDOWS_S // (solo + shared + 0.1))
+    return min(config.repeats, max(MIN_PROFILE_REPEATS, fits))
+
+
+def _start(spec: str, place, jobs: WorkerPool, probe) -> Worker:
+    """Start (or take a warm) job process, and the probe's beside it, so their start-ups overlap."""
+    if probe is None or probe.worker is not None or probe.error is not None:
+        return jobs.acquire([spec], [place])[0]
+    try:
+        job, probe.worker = jobs.acquire([spec, PROBE_SPEC], [place, probe.place])
+        return job
+    except WorkerFailed as exc:
+        if exc.spec != PROBE_SPEC:
+            raise
+        probe.error = f"{exc.status}: {exc.error}"
+        return jobs.acquire([spec], [place])[0]
+
+
+def _row(spec: str, config: RunConfig, windows: list[Window], info: dict, began: float) -> dict:
     throughputs = [w.throughput for w in windows]
     tp = float(np.mean(throughputs))
     batch = int(info["batch_size"])
-    row = {
+    return {
         "workload": workload_name(spec),
         "family": info.get("family", ""),
         "spec": spec,
@@ -80,13 +209,14 @@ def profile_workload(
         "iter_p99_ms": float(np.mean([w.step_p99_ms for w in windows])),
         "cv": cv(throughputs),
         "repeats": len(windows),
+        "isolation": config.isolation,
         "profile_s": time.monotonic() - began,
         "pm_score": math.nan,
         "source": "sharewise",
     }
-    feats = dict(features or {})
-    feats.pop("_computed", None)
-    row.update({k: float(v) for k, v in feats.items() if k.startswith("f_")})
+
+
+def _restate_rates(row: dict, windows: list[Window], info: dict) -> None:
     # Cores busy during the solo windows: how much of the device's host side a job needs. On CPUs it is the
     # main driver of time-sharing interference (a job that keeps every core busy loses half its speed next to
     # any busy partner; one whose ops run on one thread barely notices).
@@ -97,84 +227,84 @@ def profile_workload(
     # from an earlier run), so the rate features are restated from this profile's windows.
     row["f_step_time_ms"] = row["iter_time_ms"]
     if "f_flops_per_step" in row:
-        row["f_achieved_flop_rate"] = row["f_flops_per_step"] * tp
-    if probe is not None:
-        row.update(probe.features())
-    computed = (
-        {k: float(v) for k, v in feats.items() if k.startswith("f_")}
-        if features and features.get("_computed")
-        else None
-    )
-    return SoloResult(row, computed)
-
-
-def _solo_repeat(spec, config, place, extra_env, feature_lookup, features, probe):
-    """One repeat in a fresh process: warm-up, the solo window, the probe window, and the features unless
-    ``features`` already holds them. Returns ``(window, ready info, features)``."""
-    wait_until_idle(config.idle_threshold, max_wait_s=config.idle_wait_s)
-    worker = Worker(spec, config, place, extra_env, deadline=time.monotonic() + config.timeout_s)
-    try:
-        info = worker.recv("ready", config.timeout_s)
-        window = common_window(config, [info["step_ms"]], 1)
-        (win,), _ = measure_together([worker], window, config.min_window_steps)
-        if probe is not None:
-            probe.measure(worker, info["step_ms"], win.throughput)
-        if features is None and feature_lookup is not None:
-            features = feature_lookup(info)
-        if features is None and config.features:
-            worker.send(cmd="features", trace_steps=config.trace_steps)
-            features = worker.recv("features", config.timeout_s)["features"]
-            features["_computed"] = True
-        return win, info, features
-    except WorkerFailed as exc:
-        raise ProfileFailed(exc.status, exc.error) from None
-    finally:
-        worker.close()
+        row["f_achieved_flop_rate"] = row["f_flops_per_step"] * row["throughput"]
 
 
 class _ProbeRun:
     """The probe co-runner of one solo profile (see ``sharewise.profiler.probe``).
 
-    One probe process serves every repeat: it warms up and is measured alone once (while the job's process
-    sits idle), then runs one shared window next to each repeat's fresh job process. The job's slowdown
-    there is ``f_probe_slowdown`` (its sensitivity), the probe's is ``f_probe_pressure``. A probe that fails
-    (it should not) leaves both features NaN; the profile itself stands.
+    One probe process serves every repeat (with warm isolation, every profile of a campaign): it is
+    measured alone before the first repeat and after the last (while the job's process sits idle), and
+    runs one shared window next to the job in each repeat. The job's slowdown there is
+    ``f_probe_slowdown`` (its sensitivity), the probe's is ``f_probe_pressure``. A probe that fails (it
+    should not) leaves both features NaN; the profile itself stands.
     """
 
-    def __init__(self, config: RunConfig, extra_env: dict[str, str] | None) -> None:
+    def __init__(self, config: RunConfig, pool: WorkerPool) -> None:
         self.config = config
-        self.extra_env = extra_env
+        self.pool = pool
+        self.place = placements(config, 2)[1]
         self.worker: Worker | None = None
-        self.step_ms = 0.0  # the probe's solo step time, known once its process is ready
-        self.alone: float | None = None
+        self.alone: list[float] = []
         self.sensitivity: list[float] = []  # per repeat: the job's solo over its co-located throughput
         self.probe_together: list[float] = []
         self.error: str | None = None
+        self._shared: tuple[Window, Window] | None = None
 
-    def measure(self, job: Worker, job_step_ms: float, job_solo: float) -> None:
-        from sharewise.profiler.probe import PROBE_SPEC  # here, not at the top: probe.py imports torch
+    def step_ms(self) -> float | None:
+        """The probe's step time (None while it has no worker)."""
+        return self.worker.info["step_ms"] if self.worker is not None else None
 
+    def _ensure(self) -> bool:
         if self.error is not None:
+            return False
+        if self.worker is None:
+            try:
+                self.worker = self.pool.acquire([PROBE_SPEC], [self.place])[0]
+            except WorkerFailed as exc:
+                self.error = f"{exc.status}: {exc.error}"
+                return False
+        return True
+
+    def measure_alone(self) -> None:
+        if not self._ensure():
             return
         cfg = self.config
         try:
-            if self.worker is None:
-                place = placements(cfg, 2)[1]
-                self.worker = Worker(PROBE_SPEC, cfg, place, self.extra_env, time.monotonic() + cfg.timeout_s)
-                self.step_ms = self.worker.recv("ready", cfg.timeout_s)["step_ms"]
-                alone_window = common_window(cfg, [self.step_ms], 1)
-                (win,), _ = measure_together([self.worker], alone_window, cfg.min_window_steps)
-                self.alone = win.throughput
-            window = common_window(cfg, [job_step_ms, self.step_ms], 2)
-            (job_win, probe_win), _ = measure_together([job, self.worker], window, cfg.min_window_steps, tail=True)
-            self.sensitivity.append(job_solo / job_win.throughput)
-            self.probe_together.append(probe_win.throughput)
+            window = common_window(cfg, [self.worker.info["step_ms"]])
+            (win,), _ = measure_together([self.worker], window, cfg.min_window_steps, timeout=cfg.timeout_s)
+            self.alone.append(win.throughput)
         except WorkerFailed as exc:
-            self.close()
-            if job.proc.poll() is not None:
-                raise  # the job itself died (say, out of memory next to the probe): the profile fails
-            self.error = f"{exc.status}: {exc.error}"
+            self._fail(exc)
+
+    def measure_with(self, job: Worker, job_step_ms: float) -> Window | None:
+        """One shared window of the job and the probe; returns the job's window (None if the probe failed)."""
+        if not self._ensure():
+            return None
+        cfg = self.config
+        try:
+            window = common_window(cfg, [job_step_ms, self.worker.info["step_ms"]])
+            (job_win, probe_win), _ = measure_together(
+                [job, self.worker], window, cfg.min_window_steps, tail=True, timeout=cfg.timeout_s
+            )
+        except WorkerFailed as exc:
+            if not job.alive or exc.spec != PROBE_SPEC:
+                raise  # the job itself failed (say, out of memory next to the probe): the profile fails
+            self._fail(exc)
             job.send(cmd="stop")  # end the job's tail loop, if the probe failed in the shared window
+            return None
+        self.probe_together.append(probe_win.throughput)
+        return job_win
+
+    def record(self, solo: Window, shared: Window | None) -> None:
+        if shared is not None:
+            self.sensitivity.append(solo.throughput / shared.throughput)
+
+    def _fail(self, exc: WorkerFailed) -> None:
+        self.error = f"{exc.status}: {exc.error}"
+        if self.worker is not None:
+            self.pool.discard([self.worker])
+            self.worker = None
 
     def features(self) -> dict[str, float]:
         """The two features, plus ``probe_cv``: the spread of the sensitivity over repeats (not a feature;
@@ -184,14 +314,13 @@ class _ProbeRun:
         return {
             # Medians: with three repeats, one disturbed window must not move the feature.
             "f_probe_slowdown": float(np.median(self.sensitivity)),
-            "f_probe_pressure": float(self.alone / np.median(self.probe_together)),
+            "f_probe_pressure": float(np.mean(self.alone) / np.median(self.probe_together)),
             "probe_cv": cv(self.sensitivity),
         }
 
-    def close(self) -> None:
+    def release(self) -> None:
         if self.worker is not None:
-            self.worker.request_exit()
-            self.worker.close()
+            self.pool.release([self.worker])
             self.worker = None
 
 

@@ -4,13 +4,20 @@ Run as ``python -m sharewise.profiler.worker SPEC_JSON``. The driver (``session.
 OpenMP environment before this process starts, so torch is imported here only after it is in place. The
 protocol (one JSON object per line):
 
-- worker -> driver ``{"event": "ready", "step_ms": 41.2, "device_name": ..., ...}`` after warm-up;
+- worker -> driver ``{"event": "ready", "step_ms": 41.2, "mem_bytes": 3.1e8, "device_name": ..., ...}``
+  after warm-up (``mem_bytes``: what it holds while idle, CUDA reserved memory plus a context, or RSS);
 - driver -> worker ``{"cmd": "measure", "start_at": <epoch s>, "window_s": 2.0, "min_steps": 10,
   "tail": true}``; the worker waits until ``start_at``, steps through the window (extended until
   ``min_steps``), answers ``{"event": "measured", ...}`` and, with ``tail``, keeps stepping until
-  ``{"cmd": "stop"}`` so its partner stays loaded to the end of the partner's window;
+  ``{"cmd": "stop"}`` so its partner stays loaded to the end of the partner's window, then answers
+  ``{"event": "stopped"}`` once its last step is done;
+- ``{"cmd": "warm", "steps": 3, "seconds": 0.3}`` -> steps at least that many and that long (a warm worker
+  after a wait) -> ``{"event": "warmed", "step_ms": ...}``;
 - ``{"cmd": "features", "trace_steps": 5}`` -> ``{"event": "features", "features": {...}}``;
 - ``{"cmd": "exit"}`` closes the workload and exits 0.
+
+Between commands the worker blocks on its command queue: a warm worker waiting for its next run uses no
+CPU and launches nothing on the device.
 
 Any exception is answered ``{"event": "error", "status": "failed"|"oom", "error": "..."}`` and exit 1.
 """
@@ -98,7 +105,10 @@ def _timed_steps(workload, sync, until: float, min_steps: int) -> list[float]:
 def warm_up(workload, sync, min_steps: int, max_s: float, tolerance: float) -> dict:
     """Step until at least ``min_steps`` ran and step time settled, or ``max_s`` passed.
 
-    Settled: the mean of the last 5 steps is within ``tolerance`` of the mean of the 5 before.
+    Settled: the median of the last 3 steps is within ``tolerance`` of the median of the 3 steps one step
+    earlier. Medians, because on a shared VM single steps jump by 20% either way long after the one-off
+    costs of the first steps (allocator growth, kernel selection, optimizer state) are paid, and a rule on
+    means rarely settles, running every start to ``max_s``; the median also ignores the slow first step.
     """
     times: list[float] = []
     deadline = time.perf_counter() + max_s
@@ -108,8 +118,8 @@ def warm_up(workload, sync, min_steps: int, max_s: float, tolerance: float) -> d
         workload.step()
         sync()
         times.append(time.perf_counter() - t0)
-        if len(times) >= max(min_steps, 10):
-            last, prev = sum(times[-5:]) / 5, sum(times[-10:-5]) / 5
+        if len(times) >= max(min_steps, 4):
+            last, prev = sorted(times[-3:])[1], sorted(times[-4:-1])[1]
             if abs(last - prev) <= tolerance * prev:
                 settled = True
                 break
@@ -161,6 +171,28 @@ def _measure(chan: _Channel, workload, sync, msg: dict) -> None:
         while not chan.stop.is_set():
             workload.step()
             sync()
+        chan.send(event="stopped")
+
+
+def _rewarm(chan: _Channel, workload, sync, msg: dict) -> None:
+    times = _timed_steps(workload, sync, time.perf_counter() + float(msg.get("seconds", 0.0)), int(msg["steps"]))
+    recent = sorted(times[-5:])
+    chan.send(event="warmed", steps=len(times), step_ms=recent[len(recent) // 2] * 1e3)
+
+
+#: A CUDA context's own device memory, which no allocator statistic shows (a few hundred MB on recent GPUs).
+CUDA_CONTEXT_BYTES = 512 * 2**20
+
+
+def resident_bytes(device) -> float:
+    """Memory this worker holds while it waits: CUDA reserved memory plus a context, or the process's RSS."""
+    if device.type == "cuda":
+        import torch
+
+        return float(torch.cuda.memory_reserved(device) + CUDA_CONTEXT_BYTES)
+    import psutil
+
+    return float(psutil.Process().memory_info().rss)
 
 
 def _die_with_parent() -> None:
@@ -213,6 +245,7 @@ def main(argv: list[str] | None = None) -> int:
             batch_size=workload.batch_size,
             family=getattr(workload, "family", "") or "",
             threads=torch.get_num_threads(),
+            mem_bytes=resident_bytes(device),
             **warm,
         )
         while True:
@@ -220,6 +253,8 @@ def main(argv: list[str] | None = None) -> int:
             cmd = msg.get("cmd")
             if cmd == "measure":
                 _measure(chan, workload, sync, msg)
+            elif cmd == "warm":
+                _rewarm(chan, workload, sync, msg)
             elif cmd == "features":
                 from sharewise.profiler.collect import worker_features
 

@@ -31,6 +31,8 @@ class Executor(Protocol):
     Constructed as ``cls(config, device_name, extra_env, options)``; ``cls.check(options)`` fails early
     (before any profile or run) on options it cannot use or a missing dependency. ``spans_nodes``: rows
     carry the device name of the node that ran them (resume then matches any node of the device kind).
+    An executor that keeps warm workers on this machine exposes them as ``pool`` (a ``WorkerPool``), and
+    the campaign runs its solo profiles there too; one without (Ray) has ``pool = None``.
     """
 
     name: ClassVar[str]

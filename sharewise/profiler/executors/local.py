@@ -1,4 +1,8 @@
-"""The local executor: pair runs one after another on this machine (the default; needs no Ray)."""
+"""The local executor: pair runs one after another on this machine (the default; needs no Ray).
+
+With warm isolation it keeps the campaign's ``WorkerPool``: the campaign profiles in it, and each pair takes
+its two workers from it, so a workload's process starts once per campaign instead of once per repeat.
+"""
 
 from __future__ import annotations
 
@@ -8,13 +12,14 @@ from typing import TYPE_CHECKING
 from sharewise.errors import ConfigError
 from sharewise.profiler.executors.base import ExecutorOptions
 from sharewise.profiler.pair import PairTask, empty_row, measure_pair
+from sharewise.profiler.pool import WorkerPool
 
 if TYPE_CHECKING:
     from sharewise.profiler.config import RunConfig
 
 
 class LocalExecutor:
-    """Runs pair measurements one after another on this machine."""
+    """Runs pair measurements one after another on this machine, on the workers of ``pool``."""
 
     name = "local"
     spans_nodes = False
@@ -30,6 +35,7 @@ class LocalExecutor:
         self.config = config
         self.device_name = device_name
         self.extra_env = extra_env
+        self.pool = WorkerPool(config, extra_env, reuse=config.isolation == "warm")
 
     @classmethod
     def check(cls, options: ExecutorOptions) -> None:
@@ -39,9 +45,9 @@ class LocalExecutor:
     def run(self, tasks: Sequence[PairTask]) -> Iterator[dict]:
         for task in tasks:
             try:
-                yield measure_pair(task, self.config, self.device_name, self.extra_env)
+                yield measure_pair(task, self.config, self.device_name, self.extra_env, pool=self.pool)
             except Exception as exc:  # a bug or a broken machine: record it, keep the campaign going
                 yield empty_row(task, self.config, self.device_name, "failed", f"{type(exc).__name__}: {exc}")
 
     def close(self) -> None:
-        pass
+        self.pool.close()

@@ -69,6 +69,7 @@ class RayExecutor:
 
     name = "ray"
     spans_nodes = True  # rows carry the device name of the node that ran them; resume matches any node
+    pool = None  # each task runs its pair's repeats on workers of its own (warm within the pair)
 
     @classmethod
     def check(cls, options: ExecutorOptions) -> None:

@@ -60,13 +60,20 @@ def load_workload_class(spec: str) -> type[Workload]:
     """Resolve a workload spec to its class.
 
     ``spec`` is a built-in name (``"resnet18"``), a file spec (``"path/to/file.py:ClassName"``) or a module
-    spec (``"package.module:ClassName"``). The class must have ``build``, ``step`` and ``close`` methods.
+    spec (``"package.module:ClassName"``). The class has ``build``, ``step`` and ``close`` methods (a
+    ``Workload`` subclass, or a plain class whose constructor takes no arguments), or is a
+    ``torch.nn.Module`` with an optional batch description (``"file.py:Net[input=3x32x32]"``); either
+    comes back behind the ``Workload`` constructor (``workloads.adapters``).
     """
     if not isinstance(spec, str) or not spec.strip():
         raise UnknownWorkloadError(f"workload spec must be a non-empty string, got {spec!r}")
     spec = spec.strip()
     if spec in REGISTRY:
         return REGISTRY.get(spec)
+    from sharewise.profiler.workloads.adapters import adapt, split_spec
+
+    full_spec = spec
+    spec, description = split_spec(spec)
     if ":" not in spec:
         raise UnknownWorkloadError(
             f"unknown workload {spec!r}; known workloads: {', '.join(workload_names())}. "
@@ -90,8 +97,11 @@ def load_workload_class(spec: str) -> type[Workload]:
             f"workload {spec!r}: {location} has no class {class_name!r}"
             + (f"; classes with a step() method there: {', '.join(found)}" if found else "")
         )
-    check_contract(cls, spec)
-    return cls
+    if not isinstance(cls, type):
+        check_contract(cls, full_spec)
+    adapted = adapt(cls, full_spec, description)
+    check_contract(adapted, full_spec)
+    return adapted
 
 
 def check_contract(cls: object, spec: str) -> None:
@@ -103,7 +113,7 @@ def check_contract(cls: object, spec: str) -> None:
         raise WorkloadContractError(
             f"workload {spec!r}: class {cls.__name__} lacks method(s) {', '.join(missing)}; "
             "a workload needs build(device), step() and close() "
-            "(subclass sharewise.profiler.workloads.base.Workload)"
+            "(subclass sharewise.profiler.workloads.base.Workload), or is a torch.nn.Module"
         )
 
 

@@ -1,0 +1,242 @@
+"""Warm workers: one long-lived worker process per (workload, placement), reused by every run of a campaign.
+
+A campaign's pairs and profiles ask the pool for ready workers (``acquire``) and hand them back
+(``release``). A worker that is not in use waits on a blocking read: no CPU, no device work; on a GPU its
+allocations stay resident, so before a start the pool checks that the memory it needs fits (the device's
+free memory, and the sum of what resident workers hold against ``RESIDENT_SHARE`` of the device) and
+evicts (closes) the least recently used idle workers until it does; an evicted workload is started again
+when a later run needs it. With ``reuse=False`` (``--isolation fresh``) every acquire starts new
+processes and every release ends them, so the two isolations share one code path.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from sharewise.profiler.config import RunConfig, device_kind
+from sharewise.profiler.modes import CoreAssignment
+from sharewise.profiler.session import Worker, WorkerFailed
+
+#: Share of the device's memory that resident workers may hold together.
+RESIDENT_SHARE = 0.85
+#: Memory a new worker is assumed to need before one of its workload has reported its footprint:
+#: on CPUs the resident set of a small torch process, on GPUs a CUDA context and a modest model.
+FIRST_START_BYTES = {"cpu": 600 * 2**20, "cuda": 2 * 2**30}
+
+
+def device_memory(device: str) -> tuple[float, float]:
+    """Return ``(total, free)`` bytes of ``device``: RAM for the CPU, NVML's numbers for a GPU.
+
+    The driver never creates a CUDA context of its own (it would hold memory and, under MPS, be a client);
+    where NVML cannot tell, both are infinite and only the workers' own reports limit residency.
+    """
+    if device_kind(device) == "cpu":
+        import psutil
+
+        mem = psutil.virtual_memory()
+        return float(mem.total), float(mem.available)
+    try:
+        import pynvml
+
+        from sharewise.profiler.device import cuda_index
+
+        pynvml.nvmlInit()
+        try:
+            info = pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(cuda_index(device)))
+            return float(info.total), float(info.free)
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # no NVML (or a masked index it cannot map): trust the workers' reports
+        return float("inf"), float("inf")
+
+
+class WorkerPool:
+    """Ready worker processes kept across the runs of one campaign (see the module docstring).
+
+    Parameters
+    ----------
+    config : RunConfig
+        Device, sizes, warm-up and the start timeout (``timeout_s``) of every worker.
+    extra_env : dict, optional
+        The sharing mode's environment (the MPS pipe directory); every worker starts with it.
+    reuse : bool
+        Keep released workers for later runs (warm); False ends them on release (fresh).
+    memory : callable, optional
+        ``() -> (total, free)`` bytes of the device (default ``device_memory(config.device)``); tests
+        pass a literal one.
+
+    Example::
+
+        with WorkerPool(config) as pool:
+            a, b = pool.acquire(["resnet18", "ncf"], placements(config, 2))
+            ...                       # windows
+            pool.release([a, b])      # idle, resident, ready for the next pair
+    """
+
+    def __init__(
+        self, config: RunConfig, extra_env: dict[str, str] | None = None, reuse: bool = True, memory=None
+    ) -> None:
+        self.config = config
+        self.extra_env = extra_env
+        self.reuse = reuse
+        self._memory = memory or (lambda: device_memory(config.device))
+        self.idle: list[Worker] = []
+        self.busy: list[Worker] = []
+        self.footprint: dict[str, float] = {}  # spec -> bytes its last worker reported
+        self.started = 0
+        self.reused = 0
+        self.evicted = 0
+
+    def __enter__(self) -> WorkerPool:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- getting and returning workers ------------------------------------------------------------------
+    def acquire(self, specs: Sequence[str], assignments: Sequence[CoreAssignment]) -> list[Worker]:
+        """Return one ready worker per ``(spec, assignment)``, distinct, starting the missing ones together.
+
+        Raises ``WorkerFailed`` (its ``spec`` names the workload) when a start fails; the workers started
+        for this call are then gone, the idle ones chosen stay idle. A start that runs out of memory while
+        idle workers are resident is retried once after evicting every idle worker.
+        """
+        if len(specs) != len(assignments):
+            raise ValueError(f"acquire: {len(specs)} specs but {len(assignments)} assignments")
+        chosen: list[Worker | None] = [None] * len(specs)
+        self._drop_dead()
+        if self.reuse:
+            for i, (spec, place) in enumerate(zip(specs, assignments, strict=True)):
+                match = next((w for w in self.idle if w.spec == spec and w.assignment == place), None)
+                if match is not None:
+                    self.idle.remove(match)
+                    chosen[i] = match
+                    self.reused += 1
+        self.busy.extend(w for w in chosen if w is not None)
+        missing = [i for i, w in enumerate(chosen) if w is None]
+        try:
+            started = self._start([specs[i] for i in missing], [assignments[i] for i in missing])
+        except BaseException:
+            self.release([w for w in chosen if w is not None])
+            raise
+        for i, w in zip(missing, started, strict=True):
+            chosen[i] = w
+        return [w for w in chosen if w is not None]
+
+    def release(self, workers: Sequence[Worker]) -> None:
+        """Hand workers back: idle and resident (warm), or ended (fresh, or a worker that died)."""
+        gone = []
+        for w in workers:
+            if w in self.busy:
+                self.busy.remove(w)
+            if self.reuse and w.alive and w.ready:
+                w.last_used = time.monotonic()
+                self.idle.append(w)
+            else:
+                gone.append(w)
+        self._end(gone)
+
+    def discard(self, workers: Sequence[Worker]) -> None:
+        """Kill workers after a fault (a hung one ignores a polite exit): they are never reused."""
+        for w in workers:
+            if w in self.busy:
+                self.busy.remove(w)
+            if w in self.idle:
+                self.idle.remove(w)
+            w.kill()
+            w.close(timeout=0)
+
+    def evict_idle(self, keep: Sequence[CoreAssignment] | None = None) -> int:
+        """Close the idle workers (only those whose placement is not in ``keep``, when given); return how many."""
+        out = [w for w in self.idle if keep is None or w.assignment not in keep]
+        self.idle = [w for w in self.idle if w not in out]
+        self.evicted += len(out)
+        self._end(out)
+        return len(out)
+
+    def evict_spec(self, spec: str) -> int:
+        """Close the idle workers of ``spec`` (a probe after the profiles); return how many."""
+        out = [w for w in self.idle if w.spec == spec]
+        self.idle = [w for w in self.idle if w not in out]
+        self.evicted += len(out)
+        self._end(out)
+        return len(out)
+
+    def close(self) -> None:
+        """End every worker, idle or busy (exits are asked for all at once, then awaited)."""
+        everyone = self.idle + self.busy
+        self.idle, self.busy = [], []
+        self._end(everyone)
+
+    # -- internals --------------------------------------------------------------------------------------
+    def _end(self, workers: Sequence[Worker]) -> None:
+        # CUDA workers exit politely, so their contexts are torn down in order (an MPS server tolerates a
+        # killed client, but there is no need to make it); CPU workers are killed: it is instant.
+        _close_all(workers, polite=device_kind(self.config.device) == "cuda")
+
+    def _drop_dead(self) -> None:
+        dead = [w for w in self.idle if not w.alive]
+        for w in dead:
+            self.idle.remove(w)
+            w.close(timeout=0)
+
+    def _need(self, specs: Sequence[str]) -> float:
+        first = FIRST_START_BYTES[device_kind(self.config.device)]
+        return sum(self.footprint.get(s, first) for s in specs)
+
+    def _make_room(self, specs: Sequence[str]) -> None:
+        """Evict least recently used idle workers until the new ones fit (see the module docstring)."""
+        need = self._need(specs)
+        while self.idle:
+            total, free = self._memory()
+            resident = sum(w.mem_bytes for w in self.idle + self.busy)
+            if resident + need <= RESIDENT_SHARE * total and need <= free:
+                return
+            victim = min(self.idle, key=lambda w: w.last_used)
+            self.idle.remove(victim)
+            self.evicted += 1
+            self._end([victim])
+
+    def _start(self, specs: Sequence[str], assignments: Sequence[CoreAssignment]) -> list[Worker]:
+        if not specs:
+            return []
+        for attempt in (0, 1):
+            self._make_room(specs)
+            try:
+                return self._start_once(specs, assignments)
+            except WorkerFailed as exc:
+                if exc.status != "oom" or attempt or not self.idle:
+                    raise
+                self.evict_idle()  # resident idle workers may be what left too little memory
+        raise AssertionError("unreachable")
+
+    def _start_once(self, specs: Sequence[str], assignments: Sequence[CoreAssignment]) -> list[Worker]:
+        cfg = self.config
+        deadline = time.monotonic() + cfg.timeout_s
+        workers = [Worker(s, cfg, a, self.extra_env, deadline) for s, a in zip(specs, assignments, strict=True)]
+        self.started += len(workers)
+        try:
+            for w in workers:
+                w.recv("ready", cfg.timeout_s)
+                w.deadline = None  # the start's deadline; each run sets its own
+                self.footprint[w.spec] = w.mem_bytes
+        except BaseException:
+            for w in workers:
+                w.kill()
+                w.close(timeout=0)
+            raise
+        self.busy.extend(workers)
+        return workers
+
+
+def _close_all(workers: Sequence[Worker], polite: bool = True) -> None:
+    """End workers: ask all to exit, then wait for each (a torch process takes most of a second to exit);
+    or, not ``polite``, kill them at once: a CPU worker holds nothing that its exit would free."""
+    for w in workers:
+        if polite:
+            w.request_exit()
+        else:
+            w.kill()
+    for w in workers:
+        w.close()

@@ -1,0 +1,126 @@
+"""The GPU check script, dry-run on the CPU: stages, time limits, one archive holding a loadable dataset."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+
+from sharewise.datasets.store import Dataset
+from sharewise.profiler.campaign import all_pairs
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "scripts" / "gpu_check.sh"
+WORKLOADS = ["a3c", "ncf", "dae_cf"]  # the fastest at size tiny
+# Short windows and few repeats: the dry run checks the plumbing, not the numbers.
+DRY_RUN = {
+    "DEVICE": "cpu",
+    "SIZE": "tiny",
+    "WORKLOADS": " ".join(WORKLOADS),
+    "MODES": "cpu",
+    "WINDOW": "0.2",
+    "MIN_STEPS": "3",
+    "REPEATS": "2",
+    "MAX_REPEATS": "2",
+    "PROFILE_REPEATS": "2",
+    "CI_TARGET": "50",
+    "IDLE_WAIT": "0",
+    "RUN_TIMEOUT": "60",
+    "SMOKE_LIMIT": "60",
+    "PROFILE_LIMIT": "120",
+    "CPU_LIMIT": "180",
+    "TOTAL_LIMIT": "400",
+}
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(shutil.which("bash") is None, reason="the GPU check is a bash script and bash is missing"),
+    pytest.mark.skipif(shutil.which("tar") is None, reason="the GPU check packs its output with tar, which is missing"),
+    pytest.mark.skipif(shutil.which("timeout") is None, reason="the GPU check limits stages with coreutils timeout"),
+]
+
+
+def run_check(out: Path, cache: Path, stages: str | None = None, **settings: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, **DRY_RUN, **settings, "PYTHON": sys.executable, "SHAREWISE_CACHE_DIR": str(cache)}
+    env.pop("OUT", None)
+    args = ["bash", str(SCRIPT), str(out)] + ([stages] if stages else [])
+    began = time.monotonic()
+    proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600)
+    print(f"gpu_check.sh {stages or '(all stages)'}: {time.monotonic() - began:.0f} s wall, exit {proc.returncode}")
+    print(proc.stdout[-4000:], proc.stderr[-2000:])
+    return proc
+
+
+def unpack(out: Path, into: Path) -> Path:
+    """Check OUT holds exactly the archive; extract it into ``into`` and return the folder it holds."""
+    assert sorted(p.name for p in out.iterdir()) == ["gpu-check.tgz"], "only the archive may stay in OUT_DIR"
+    with tarfile.open(out / "gpu-check.tgz") as tar:
+        tar.extractall(into, filter="data")
+    return into / "gpu-check"
+
+
+def test_cpu_dry_run_packs_profiles_and_every_pair(tmp_path):
+    out = tmp_path / "out"
+    proc = run_check(out, tmp_path / "cache")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "tests skipped: the GPU tests need CUDA and DEVICE=cpu" in proc.stdout
+    assert "nvidia-smi skipped (DEVICE=cpu" in proc.stdout
+
+    work = unpack(out, tmp_path / "x")
+    ds = Dataset(work / "dataset")
+    profiles = ds.read_profiles()
+    assert sorted(profiles["workload"]) == sorted(WORKLOADS)
+    assert set(profiles["mode"]) == {"cpu"} and set(profiles["size"]) == {"tiny"}
+    assert profiles["f_probe_slowdown"].notna().all(), "the profiles must carry the probe's features"
+
+    pairs = ds.read_pairs()
+    expected = {tuple(sorted((WORKLOADS[i], WORKLOADS[j]))) for i, j in all_pairs(WORKLOADS)}
+    got = {tuple(sorted(ab)) for ab in zip(pairs["workload_a"], pairs["workload_b"], strict=True)}
+    assert len(expected) == 6 and got == expected
+    assert (pairs["status"] == "ok").all(), pairs[["workload_a", "workload_b", "status", "error"]]
+    assert set(pairs["mode"]) == {"cpu"} and set(pairs["isolation"]) == {"warm"}
+
+    meta = (work / "meta.txt").read_text()
+    for line in (
+        "DEVICE=cpu",
+        "SIZE=tiny",
+        "WORKLOADS=a3c ncf dae_cf",
+        "MODES=cpu",
+        "WINDOW=0.2",
+        "REPEATS=2",
+        "MAX_REPEATS=2",
+        "limit_cpu=180",
+        "nvidia-smi: skipped (DEVICE=cpu)",
+        "torch ",
+    ):
+        assert line in meta, f"meta.txt lacks {line!r}"
+    summary = (work / "summary.txt").read_text()
+    assert "pairs 6 ok of 6 planned" in summary
+    for stage in ("smoke", "profile", "pairs-cpu"):
+        assert any(line.split()[:2] == [stage, "ok"] for line in summary.splitlines()), summary
+    assert "3 profiles of 3 workloads" in (work / "show.txt").read_text()
+    assert {"smoke.log", "profile.log", "pairs-cpu.log"} <= {p.name for p in (work / "logs").iterdir()}
+
+    # A rerun from the archive (RESUME, as on a fresh GPU machine) resumes: nothing is measured again.
+    again_out = tmp_path / "again"
+    proc = run_check(again_out, tmp_path / "cache", stages="profile,cpu", RESUME=str(out / "gpu-check.tgz"))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    again = Dataset(unpack(again_out, tmp_path / "y") / "dataset")
+    assert len(again.read_profiles(latest=False)) == 3
+    assert len(again.read_pairs(latest=False)) == 6
+
+
+def test_a_stage_cut_by_its_limit_does_not_stop_the_next(tmp_path):
+    out = tmp_path / "out"
+    proc = run_check(out, tmp_path / "cache", stages="profile,cpu", PROFILE_LIMIT="6", CPU_LIMIT="6")
+    # A measuring stage cut by its limit is partial data, not a failure.
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    summary = (unpack(out, tmp_path / "x") / "summary.txt").read_text()
+    outcomes = {line.split()[0]: line.split()[1] for line in summary.splitlines() if line.split()[:1] != ["dataset"]}
+    assert outcomes["profile"] == "cut" and outcomes["pairs-cpu"] == "cut", summary
