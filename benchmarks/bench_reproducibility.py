@@ -14,7 +14,7 @@ re-profile alone (its probe features above all) moves the headline MAPE.
 Run on an idle machine (each pair takes 30-60 s on the reference CPU dataset, each profile 10-20 s):
 
     .venv/bin/python benchmarks/bench_reproducibility.py [--data reference] [--pairs 12] [--seed 0] [--out FILE]
-    .venv/bin/python benchmarks/bench_reproducibility.py --reprofile [--data reference] [--times 5] [--repeats 6] [--window S]
+    .venv/bin/python benchmarks/bench_reproducibility.py --reprofile [--times 5] [--isolation warm,fresh] [--window S]
 """
 
 from __future__ import annotations
@@ -38,16 +38,26 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--window", type=float, default=None, help="profile window with --reprofile (s)")
     parser.add_argument("--repeats", type=int, default=6, help="profile repeats with --reprofile (the CLI's default)")
     parser.add_argument("--times", type=int, default=1, help="independent re-profiles with --reprofile")
+    parser.add_argument(
+        "--isolation", default="warm", help="with --reprofile: warm, fresh, or warm,fresh (alternating, side by side)"
+    )
     args = parser.parse_args(argv)
     if args.reprofile:
-        results = [reprofile(args.data, args.window, args.repeats) for _ in range(args.times)]
-        if len(results) > 1:
-            summarize_reprofiles(results)
+        isolations = args.isolation.split(",")
+        results: dict[str, list[dict]] = {i: [] for i in isolations}
+        for _ in range(args.times):
+            for isolation in isolations:
+                print(f"-- re-profile, isolation {isolation}")
+                results[isolation].append(reprofile(args.data, args.window, args.repeats, isolation))
+        for isolation, runs in results.items():
+            if len(runs) > 1:
+                print(f"-- isolation {isolation}")
+                summarize_reprofiles(runs)
     else:
         remeasure_pairs(args.data, args.pairs, args.seed, args.out)
 
 
-def reprofile(data: str, window_s: float | None, repeats: int) -> dict:
+def reprofile(data: str, window_s: float | None, repeats: int, isolation: str = "warm") -> dict:
     from sharewise.datasets.store import open_dataset, resolve_dataset_path
     from sharewise.predictor.evaluation import evaluate
     from sharewise.profiler.api import profile_many
@@ -61,7 +71,9 @@ def reprofile(data: str, window_s: float | None, repeats: int) -> dict:
     specs = [str(s) for s in (stored["spec"] if "spec" in stored else stored["workload"])]
     size = str(stored["size"].iloc[0]) if "size" in stored else "small"
     began = time.monotonic()
-    config = RunConfig(mode=str(stored["mode"].iloc[0]), size=size, repeats=repeats, max_repeats=max(repeats, 20))
+    config = RunConfig(
+        mode=str(stored["mode"].iloc[0]), size=size, repeats=repeats, max_repeats=max(repeats, 20), isolation=isolation
+    )
     if window_s is not None:
         config = config.replace(window_s=window_s)
     fresh = profile_many(specs, config)
