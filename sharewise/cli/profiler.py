@@ -36,19 +36,24 @@ def workloads(as_json: bool = typer.Option(False, "--json", help="Print a JSON l
     console.print(table)
 
 
-def _config(device, mode, size, batch_size, window, repeats, threads, timeout, isolation, **extra):
+def _config(settings: dict, **extra):
+    """The RunConfig of a measuring command from its shared options (``settings``: the command's locals)."""
     from sharewise.profiler.config import RunConfig, default_mode
 
+    device = settings["device"]
     return RunConfig(
+        mode=settings["mode"] or default_mode(device),
+        size=settings["size"],
+        batch_size=settings["batch_size"],
+        window_s=settings["window"],
+        repeats=settings["repeats"],
+        threads=settings["threads"],
+        timeout_s=settings["timeout"],
+        isolation=settings["isolation"],
+        idle_wait_s=settings["idle_wait"],
+        probe=not settings["no_probe"],
+        min_window_steps=settings["min_steps"],
         device=device,
-        mode=mode or default_mode(device),
-        size=size,
-        batch_size=batch_size,
-        window_s=window,
-        repeats=repeats,
-        threads=threads,
-        timeout_s=timeout,
-        isolation=isolation,
         **extra,
     )
 
@@ -125,21 +130,7 @@ def profile(
     from sharewise.app.profiling import ProfileOptions
     from sharewise.app.profiling import profile as run
 
-    config = _config(
-        device,
-        mode,
-        size,
-        batch_size,
-        window,
-        repeats,
-        threads,
-        timeout,
-        isolation,
-        idle_wait_s=idle_wait,
-        probe=not no_probe,
-        min_window_steps=min_steps,
-        max_repeats=max(repeats, 20),
-    )
+    config = _config(locals(), max_repeats=max(repeats, 20))
     table = Table(title=f"solo profiles -> {out}")
     for col in (
         "workload",
@@ -247,22 +238,7 @@ def pairs(
     from sharewise.app.profiling import PairsOptions
     from sharewise.app.profiling import pairs as run
 
-    config = _config(
-        device,
-        mode,
-        size,
-        batch_size,
-        window,
-        repeats,
-        threads,
-        timeout,
-        isolation,
-        max_repeats=max_repeats,
-        ci_target=ci_target / 100,
-        idle_wait_s=idle_wait,
-        probe=not no_probe,
-        min_window_steps=min_steps,
-    )
+    config = _config(locals(), max_repeats=max_repeats, ci_target=ci_target / 100)
     options = PairsOptions(
         workloads=tuple(split_list(workloads)),
         out=out,
