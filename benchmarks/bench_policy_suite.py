@@ -12,7 +12,9 @@ Per cell: avg and p95 JCT, SLO violations, makespan, utilization of every policy
 sharewise has the lowest average JCT (within 1%) with SLO violations <= every other sharing policy's and
 <= 1% of jobs; predicted/oracle average JCT of sharewise per Gavel cell; sharewise / exclusive-sjf on the
 heavy cell; SJF-BSBF / Tiresias next to the paper's 0.67-0.73 and PAL / Packed-Sticky (geometric-mean JCT)
-next to PAL's 0.58.
+next to PAL's 0.58. One ablation runs beside the registered policies: sharewise without its SLO check,
+scored against the same SLO, next to the best other policy, which shows how much of a baseline's lead over
+ours is bought with SLO violations.
 
 Cells run in parallel processes (``--workers``), or as Ray tasks on a cluster with ``--address``.
 
@@ -23,6 +25,7 @@ Cells run in parallel processes (``--workers``), or as Ray tasks on a cluster wi
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import sys
@@ -34,6 +37,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 SHARING = ("sjf-ffs", "sjf-bsbf", "sharewise")
 OURS = "sharewise"
+NO_SLO = "sharewise, no SLO"
 WITHIN = 0.01  # "lowest average JCT" allows 1%
 MAX_SLO_SHARE = 0.01  # SLO violations at most 1% of the jobs
 GAVEL_CELLS = (("2869ce", 32, "light"), ("e13805", 16, "heavy"), ("6214e9", 160, "light"))
@@ -130,7 +134,8 @@ def run_cell(cell: Cell) -> dict:
     import numpy as np
 
     from sharewise.app.simulate import SimulationConfig, prepare, run_policy
-    from sharewise.policy import policy_names
+    from sharewise.policy import get_policy, policy_names
+    from sharewise.policy.simulator import simulate
 
     config = SimulationConfig(
         trace=cell.trace,
@@ -154,6 +159,13 @@ def run_cell(cell: Cell) -> dict:
             "geomean_jct": float(np.exp(np.mean(np.log(np.maximum(r.jct, 1e-9))))),
             "wall_s": r.wall_s,
         }
+    # Ablation, not a registered policy: ours without its SLO check, scored with the same SLO. It shows what
+    # the SLO costs in average JCT, i.e. how much of a baseline's lead is bought with SLO violations.
+    ablation = simulate(
+        inputs.trace, functools.partial(get_policy(OURS), max_slowdown=math.inf), inputs.truth, inputs.view,
+        cluster=inputs.cluster, slo=config.max_slowdown, name=NO_SLO, observe=inputs.observe,
+    )
+    out["ablations"] = {NO_SLO: ablation.metrics}
     out["wall_s"] = time.perf_counter() - began
     return out
 
@@ -228,6 +240,24 @@ def report(results: list[dict]) -> dict:
         for name, ok, why in verdicts:
             if not ok:
                 print(f"  not won: {name}: {why}")
+    print(f"\nthe SLO's price: {NO_SLO} (the same policy without its SLO check) next to the best registered "
+          "policy other than ours (x its avg JCT; SLO violations):")
+    summary["no_slo"] = {}
+    for view in ("predicted", "oracle"):
+        n_best = 0
+        cells = [r for r in results if r["cell"]["view"] == view]
+        for r in cells:
+            pol = {n: m for n, m in r["policies"].items() if n != OURS}
+            rival = min(pol, key=lambda n: pol[n]["avg_jct"])
+            free = r["ablations"][NO_SLO]
+            x = free["avg_jct"] / pol[rival]["avg_jct"]
+            n_best += x <= 1 + WITHIN
+            summary["no_slo"][f"{r['cell']['name']} ({view})"] = {"vs": rival, "ratio": x}
+            print(f"  {r['cell']['name']:32s} {view:9s} {x:.3f} x {rival} ({free['slo_violations']} vs "
+                  f"{pol[rival]['slo_violations']} violations; with its SLO, ours has "
+                  f"{r['policies'][OURS]['slo_violations']})")
+        print(f"  {view} view: without its SLO, ours has the lowest average JCT (within 1%) in {n_best} of "
+              f"{len(cells)} cells")
     by_name = {(r["cell"]["name"], r["cell"]["view"]): r for r in results}
     print("\nsharewise predicted / oracle average JCT per Gavel cell (target <= 1.05):")
     ratios = {}

@@ -14,7 +14,8 @@ re-profile alone (its probe features above all) moves the headline MAPE.
 Run on an idle machine (each pair takes 30-60 s on the reference CPU dataset, each profile 10-20 s):
 
     .venv/bin/python benchmarks/bench_reproducibility.py [--data reference] [--pairs 12] [--seed 0] [--out FILE]
-    .venv/bin/python benchmarks/bench_reproducibility.py --reprofile [--times 5] [--isolation warm,fresh] [--window S]
+    .venv/bin/python benchmarks/bench_reproducibility.py --reprofile [--times 5] [--window S]
+        [--isolation warm,fresh,fresh:1.5]
 """
 
 from __future__ import annotations
@@ -39,19 +40,24 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--repeats", type=int, default=6, help="profile repeats with --reprofile (the CLI's default)")
     parser.add_argument("--times", type=int, default=1, help="independent re-profiles with --reprofile")
     parser.add_argument(
-        "--isolation", default="warm", help="with --reprofile: warm, fresh, or warm,fresh (alternating, side by side)"
+        "--isolation",
+        default="warm",
+        help="with --reprofile: arms side by side, alternating, e.g. warm,fresh or warm,fresh:1.5 "
+        "(isolation[:window s]; without a window, --window or the CLI's default)",
     )
     args = parser.parse_args(argv)
     if args.reprofile:
-        isolations = args.isolation.split(",")
-        results: dict[str, list[dict]] = {i: [] for i in isolations}
+        arms = args.isolation.split(",")
+        results: dict[str, list[dict]] = {arm: [] for arm in arms}
         for _ in range(args.times):
-            for isolation in isolations:
-                print(f"-- re-profile, isolation {isolation}")
-                results[isolation].append(reprofile(args.data, args.window, args.repeats, isolation))
-        for isolation, runs in results.items():
+            for arm in arms:
+                isolation, _, window = arm.partition(":")
+                print(f"-- re-profile, isolation {arm}")
+                window_s = float(window) if window else args.window
+                results[arm].append(reprofile(args.data, window_s, args.repeats, isolation))
+        for arm, runs in results.items():
             if len(runs) > 1:
-                print(f"-- isolation {isolation}")
+                print(f"-- isolation {arm}")
                 summarize_reprofiles(runs)
     else:
         remeasure_pairs(args.data, args.pairs, args.seed, args.out)
@@ -99,8 +105,13 @@ def reprofile(data: str, window_s: float | None, repeats: int, isolation: str = 
         f"({times.min():.1f}-{times.max():.1f} s each)"
     )
     probe_spread = float(np.mean(np.abs(new["f_probe_slowdown"] / old.loc[new.index, "f_probe_slowdown"] - 1)))
-    return {"stored": mape["stored"], "fresh": mape["fresh"], "probe": new["f_probe_slowdown"],
-            "throughput": new["throughput"], "probe_vs_stored": probe_spread}
+    return {
+        "stored": mape["stored"],
+        "fresh": mape["fresh"],
+        "probe": new["f_probe_slowdown"],
+        "throughput": new["throughput"],
+        "probe_vs_stored": probe_spread,
+    }
 
 
 def summarize_reprofiles(results: list[dict]) -> None:

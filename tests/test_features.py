@@ -28,9 +28,11 @@ from sharewise.profiler.trace import (
     collect_events,
     event_category,
     events_from_profiler,
+    profiler_events,
     trace_features,
     window_seconds,
 )
+from sharewise.profiler.workloads import load_workload_class
 from sharewise.profiler.workloads.base import Workload
 
 DATA = Path(__file__).parent / "data"
@@ -437,6 +439,32 @@ def test_collect_events_on_cpu_keeps_top_level_ops_only():
     assert any(e.get("scope") == "optimizer" for e in kernels)
     begin = next(e for e in events if e["name"] == WINDOW_NAME)["start_us"]
     assert all(e["start_us"] >= begin for e in events)
+
+
+@pytest.mark.parametrize("workload", ["tiny_mlp", "lstm_lm"])
+def test_profiler_events_match_torchs_event_list(workload):
+    """The lean reading of the raw profiler results gives exactly what torch's ``prof.events()`` gives."""
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    if workload == "tiny_mlp":
+        w = _built(TinyMLP)
+    else:
+        w = load_workload_class(workload)(size="small")
+        w.build("cpu")
+    for _ in range(2):
+        w.step()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        w.step()
+        with record_function(WINDOW_NAME):
+            for _ in range(2):
+                w.step()
+    lean = profiler_events(prof)
+    assert events_from_profiler(lean, "cpu") == events_from_profiler(list(prof.events()), "cpu")
+    nested = [e for e in lean if e.cpu_parent is not None]
+    assert nested and all(
+        e.cpu_parent.time_range.start <= e.time_range.start and e.time_range.end <= e.cpu_parent.time_range.end
+        for e in nested
+    )
 
 
 class _FakeEvent:

@@ -15,6 +15,7 @@ WINDOW_NAME = "sharewise::window"
 #: Prefix of the ``record_function`` range that ``torch.optim.Optimizer.step`` opens.
 _OPTIMIZER_SCOPE = "Optimizer.step#"
 
+
 def event_category(event: dict[str, Any]) -> str:
     """Return the category of one trace event (a dict as made by ``collect_events``).
 
@@ -173,7 +174,121 @@ def collect_events(workload: Workload, steps: int, device: Any) -> list[dict[str
                 workload.step()
             if on_cuda:
                 torch.cuda.synchronize(dev)
-    return events_from_profiler(list(prof.events()), dev.type)
+    return events_from_profiler(profiler_events(prof), dev.type)
+
+
+class _Range:
+    """The ``time_range`` of an event, in microseconds, as torch's ``Interval`` offers it."""
+
+    __slots__ = ("start", "end")
+
+    def __init__(self, start: float, end: float) -> None:
+        self.start, self.end = start, end
+
+    def elapsed_us(self) -> float:
+        return self.end - self.start
+
+
+class _Event:
+    """One profiler event with what ``events_from_profiler`` reads of torch's ``FunctionEvent``."""
+
+    __slots__ = (
+        "name",
+        "device_type",
+        "time_range",
+        "id",
+        "linked_correlation_id",
+        "cpu_parent",
+        "is_async",
+        "is_user_annotation",
+        "thread",
+    )
+
+    def __init__(self, name, device_type, start, end, id_, linked, is_async, annotation, thread) -> None:
+        self.name, self.device_type, self.time_range = name, device_type, _Range(start, end)
+        self.id, self.linked_correlation_id, self.cpu_parent = id_, linked, None
+        self.is_async, self.is_user_annotation, self.thread = is_async, annotation, thread
+
+
+# Utility ops torch's own event list leaves out (``torch.autograd.profiler_util._filter_name``).
+_FILTERED = frozenset(
+    {
+        "[memory]",
+        "[OutOfMemory]",
+        "profiler::_record_function_enter",
+        "profiler::_record_function_enter_new",
+        "profiler::_record_function_exit",
+        "aten::is_leaf",
+        "aten::output_nr",
+        "aten::_version",
+    }
+)
+
+
+def profiler_events(prof: Any) -> list[_Event]:
+    """The events of a finished ``torch.profiler.profile``, with CPU parents, built from its raw results.
+
+    The same events, times and parent links as ``prof.events()`` (torch's ``_parse_kineto_results`` and
+    ``_populate_cpu_children``: a CPU event's parent is the innermost synchronous event on its thread whose
+    interval holds it), without what the features do not read (shapes, stacks, memory, the statistics
+    tree). ``prof.events()`` builds a full ``FunctionEvent`` per event in Python: for three profiled ``ppo``
+    steps (about 120,000 raw events) ``collect_events`` took 6.6 s with it and 1.0 s with this; the two give
+    identical events for all 19 zoo workloads (``tests/test_features.py`` checks two).
+    """
+    import torch
+    from torch.autograd import DeviceType
+
+    results = prof.profiler.kineto_results
+    origin = results.trace_start_ns()
+    cpu = DeviceType.CPU
+    demangled: dict[str, str] = {}
+    events: list[_Event] = []
+    for k in results.events():
+        name = k.name()
+        if name in _FILTERED or getattr(k, "is_hidden_event", lambda: False)():
+            continue
+        device = k.device_type()
+        if device != cpu:
+            if name not in demangled:
+                demangled[name] = torch._C._demangle(name)
+            name = demangled[name]
+        thread = k.start_thread_id()
+        events.append(
+            _Event(
+                name,
+                device,
+                (k.start_ns() - origin) / 1e3,
+                (k.end_ns() - origin) / 1e3,
+                k.correlation_id(),
+                k.linked_correlation_id(),
+                k.is_async() or thread != k.end_thread_id(),
+                k.is_user_annotation(),
+                thread,
+            )
+        )
+    # A CPU event linked to an op (a runtime call) belongs to that op's thread, as torch assigns it.
+    by_id = {e.id: e for e in events if e.linked_correlation_id == 0 and e.device_type == cpu and not e.is_async}
+    for e in events:
+        if e.linked_correlation_id > 0 and e.device_type == cpu:
+            op = by_id.get(e.linked_correlation_id)
+            if op is not None:
+                e.thread = op.thread
+    sync = [e for e in events if e.device_type == cpu and not e.is_async]
+    sync.sort(key=lambda e: (e.thread, e.time_range.start, -e.time_range.end))
+    stack: list[_Event] = []
+    thread = None
+    for e in sync:
+        if e.thread != thread:
+            stack, thread = [], e.thread
+        while stack:
+            parent = stack[-1].time_range
+            if e.time_range.start >= parent.end or e.time_range.end > parent.end:
+                stack.pop()
+            else:
+                e.cpu_parent = stack[-1]
+                break
+        stack.append(e)
+    return events
 
 
 def _is_gpu_annotation(e: Any) -> bool:
