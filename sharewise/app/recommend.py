@@ -137,10 +137,11 @@ def _solve(config: RecommendConfig, strict: bool) -> _Solved:
     profiles = ds.read_profiles()
     queue = read_table_csv(config.queue, "queue", QUEUE_COLUMNS)
     cluster = read_table_csv(config.cluster, "cluster", CLUSTER_COLUMNS) if config.cluster else None
+    # ``unique`` first: iterating 100,000 Arrow strings in Python takes 0.06-0.12 s, ``unique`` 1 ms.
     needed = sorted(
-        set(queue["workload"].astype(str).str.strip())
+        set(queue["workload"].astype(str).str.strip().unique())
         | (
-            set(cluster["workload"].fillna("").astype(str).str.strip()) - {""}
+            set(cluster["workload"].fillna("").astype(str).str.strip().unique()) - {""}
             if cluster is not None and "workload" in cluster.columns
             else set()
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 from sharewise.profiler.taxonomy import CATEGORIES, VIEW, kernel_category, op_category
@@ -9,6 +10,8 @@ from sharewise.stats import percentile
 
 if TYPE_CHECKING:
     from sharewise.profiler.workloads.base import Workload
+
+log = logging.getLogger(__name__)
 
 #: Name of the ``record_function`` range around the profiled steps; its duration is the wall time.
 WINDOW_NAME = "sharewise::window"
@@ -174,7 +177,12 @@ def collect_events(workload: Workload, steps: int, device: Any) -> list[dict[str
                 workload.step()
             if on_cuda:
                 torch.cuda.synchronize(dev)
-    return events_from_profiler(profiler_events(prof), dev.type)
+    try:
+        raw = profiler_events(prof)
+    except AttributeError as exc:  # a torch whose raw results lack a field read here: torch's own list
+        log.info("reading the profiler's events through prof.events(): %s", exc)
+        raw = list(prof.events())
+    return events_from_profiler(raw, dev.type)
 
 
 class _Range:
