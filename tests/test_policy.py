@@ -609,9 +609,84 @@ def test_strict_fifo_stops_at_the_head_backfill_passes_it():
     assert exclusive_fifo_backfill(queue, cluster, tab, 0.0) == [Placement(6, (1,))]
 
 
+def _savings_numpy(wl_a, rem_a, release_a, wl_b, e_b, budget, speed_b, tab, q_slo, q_gain, max_slowdown):
+    """The sharing saving of ``interference_aware`` as numpy closed forms over the whole (jobs x GPUs) grid:
+    the array expressions the compiled kernel replaced, transcribed to check it against."""
+    ok = tab.allowed
+    q = np.where(ok, getattr(tab, q_slo), 1.0)
+    g = np.where(ok, getattr(tab, q_gain), 1.0)
+    a, b = wl_a[:, None], wl_b[None, :]
+    ea, eb, bud = rem_a[:, None] / speed_b[None, :], e_b[None, :], budget[None, :]
+    q_ab, q_ba, g_ab, g_ba = q[a, b], q[b, a], g[a, b], g[b, a]
+    a_first = q_ab * ea <= q_ba * eb
+    slo = np.where(
+        a_first,
+        (q_ab <= max_slowdown) & (eb + ea * (q_ab * (1 - 1 / q_ba)) <= bud),
+        (q_ba * eb <= bud) & (ea + eb * (q_ba * (1 - 1 / q_ab)) <= max_slowdown * ea),
+    )
+    slo &= ok[a, b] & (eb <= bud)
+    gain_first = g_ab * ea <= g_ba * eb
+    stretch = np.where(gain_first, ea * (2 * g_ab - 1 - g_ab / g_ba), eb * (2 * g_ba - 1 - g_ba / g_ab))
+    return np.where(slo, np.minimum(eb, release_a[:, None]) - stretch, -np.inf)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_sharewise_kernels_match_the_closed_forms(seed):
+    """The compiled scoring and release kernels give, bit for bit, what the numpy closed forms give."""
+    from sharewise.policy import _kernels
+    from sharewise.policy.interference_aware import _pair_constants, release_times
+
+    rng = np.random.default_rng(seed)
+    n_wl, n_gpus, n_jobs, m = 4, 40, 120, 12
+    p50 = rng.uniform(1.0, 2.4, (n_wl, n_wl))
+    allowed = rng.random((n_wl, n_wl)) < 0.8
+    tab = SlowdownTable(list("abcd"), p50 * 0.95, p50, p50 * rng.uniform(1.0, 1.3, (n_wl, n_wl)), allowed)
+    occupancy = rng.integers(0, 3, n_gpus)
+    jobs = rng.permutation(n_jobs)[: 2 * n_gpus].reshape(n_gpus, 2)
+    resident = np.where(np.arange(2)[None, :] < occupancy[:, None], jobs, -1)
+    speed = rng.uniform(0.6, 1.0, n_gpus)
+    work = rng.uniform(100, 5000, n_jobs)
+    remaining, workload = work * rng.uniform(0.05, 1.0, n_jobs), rng.integers(0, n_wl, n_jobs)
+    start = rng.uniform(0, 3000, n_jobs)
+    partner, partner_wl, rem, alone = _kernels.lone_residents(occupancy, resident, workload, remaining, n_wl)
+    single = np.flatnonzero(occupancy == 1)
+    assert np.array_equal(partner[single], resident[single, 0]) and np.all(partner[occupancy != 1] == -1)
+    assert np.array_equal(partner_wl[single], workload[resident[single, 0]])
+    assert np.array_equal(alone, np.bincount(workload[resident[single, 0]], minlength=n_wl))
+    wl_a, rem_a, release_a = rng.integers(0, n_wl, m), rng.uniform(10, 4000, m), rng.uniform(0, 3000, m)
+    now, slo = 3000.0, 1.6
+    for q_slo, q_gain in [("p90", "p90"), ("p90", "p50"), ("p50", "p10")]:
+        ok, q, _, extra, _ = _pair_constants(tab, q_slo)
+        _, g, stretch, _, _ = _pair_constants(tab, q_gain)
+        got, n_good = _kernels.sharing_savings(
+            wl_a, rem_a, release_a, single, partner, partner_wl, rem, speed, work, start, now, n_wl,
+            ok, q, extra, g, stretch, q_slo == q_gain, slo,
+        )
+        sp = speed[single]
+        budget = slo * work[partner[single]] / sp - (now - start[partner[single]])
+        want = _savings_numpy(
+            wl_a, rem_a, release_a, partner_wl[single], rem[single] / sp, budget, sp, tab, q_slo, q_gain, slo
+        )
+        assert np.isfinite(want).any() and np.array_equal(got, want)
+        assert np.array_equal(n_good, (want > 0).sum(axis=1))
+    # Release times: a lone job's remaining time over its GPU's speed; a pair's later end (shared_completion).
+    cluster = make_cluster(resident, n_jobs, remaining, workload, speed=speed, start=start, work=work)
+    want = np.zeros(n_gpus)
+    want[single] = remaining[resident[single, 0]] / speed[single]
+    two = np.flatnonzero(occupancy == 2)
+    a, b = resident[two, 0], resident[two, 1]
+    wa, wb = workload[a], workload[b]
+    s_ab = np.where(tab.allowed[wa, wb], tab.p50[wa, wb], 1.0)
+    s_ba = np.where(tab.allowed[wb, wa], tab.p50[wb, wa], 1.0)
+    c_a, c_b = shared_completion(remaining[a], remaining[b], s_ab, s_ba)
+    want[two] = np.maximum(c_a, c_b) / speed[two]
+    assert np.array_equal(release_times(cluster, tab), np.sort(want))
+    assert np.array_equal(release_times(cluster, tab, m=7), np.sort(want)[:7])
+
+
 @pytest.mark.parametrize("seed", range(30))
 def test_fast_placement_check_agrees_with_the_detailed_one(seed):
-    """The vectorised validity check accepts exactly the placements the one-by-one walk accepts: on real
+    """The fast validity check accepts exactly the placements the one-by-one walk accepts: on real
     policies' placements (valid), and on the same with one random change (often invalid)."""
     from sharewise.policy.base import InvalidPlacementError, _all_valid, _walk_placements
 

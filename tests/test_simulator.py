@@ -224,26 +224,46 @@ def test_a_policy_that_never_places_is_reported():
         simulate(_trace([(0, 10, 1, "a")]), lambda q, c, t, now: [], _table(), cluster=Cluster(1, 1))
 
 
-@pytest.mark.parametrize("name", policy_names())
-def test_every_policy_finishes_a_random_trace(name):
-    rng = np.random.default_rng(11)
-    n = 60
-    w = ["a", "b"]
-    trace = _trace(
-        (float(t), float(d), int(g), w[int(k)])
+def _random_trace(rng, n: int, span: float, durations: tuple[float, float], sizes: list[int]) -> Trace:
+    """``n`` jobs of workloads a/b arriving over ``span`` seconds, durations and GPU counts drawn from ``rng``."""
+    return _trace(
+        (float(t), float(d), int(g), "ab"[int(k)])
         for t, d, g, k in zip(
-            np.sort(rng.uniform(0, 2000, n)),
-            rng.uniform(10, 500, n),
-            rng.choice([1, 1, 2, 3], n),
+            np.sort(rng.uniform(0, span, n)),
+            rng.uniform(*durations, n),
+            rng.choice(sizes, n),
             rng.integers(0, 2, n),
             strict=True,
         )
     )
+
+
+@pytest.mark.parametrize("name", policy_names())
+def test_every_policy_finishes_a_random_trace(name):
+    rng = np.random.default_rng(11)
+    trace = _random_trace(rng, 60, 2000, (10, 500), [1, 1, 2, 3])
     cluster = Cluster(6, 3, speeds=tuple(rng.uniform(0.7, 1.0, 6)))
     r1 = simulate(trace, get_policy(name), _table(), cluster=cluster, name=name)
     r2 = simulate(trace, get_policy(name), _table(), cluster=cluster, name=name)
     assert np.all(np.isfinite(r1.finish)) and np.all(r1.start >= r1.arrival)
     assert np.array_equal(r1.finish, r2.finish)
+
+
+def test_a_policy_that_never_shares_is_called_only_when_a_job_fits():
+    """``shares_gpus = False`` lets the simulator skip the calls an exclusive policy could not use: the same
+    schedule, with fewer calls (the same policy without the mark is called at every event)."""
+    trace = _random_trace(np.random.default_rng(5), 80, 1500, (50, 600), [1, 1, 2, 4])
+    marked = get_policy("exclusive-sjf")
+    assert marked.shares_gpus is False
+
+    def unmarked(q, c, t, now):
+        return marked(q, c, t, now)
+
+    cluster = Cluster(4, 2)
+    skipping = simulate(trace, marked, _table(), cluster=cluster)
+    every = simulate(trace, unmarked, _table(), cluster=cluster)
+    assert np.array_equal(skipping.start, every.start) and np.array_equal(skipping.finish, every.finish)
+    assert skipping.policy_calls < every.policy_calls
 
 
 # ---- trace validation -------------------------------------------------------------------------------

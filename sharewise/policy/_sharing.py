@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from sharewise.policy import _kernels
 from sharewise.policy.base import (
     ClusterState,
     Placement,
@@ -21,40 +22,42 @@ class SharingState:
     """A policy-local, mutable copy of the GPU slots, updated as a policy call places jobs.
 
     ``partner[g]`` is the job alone on GPU ``g`` (``-1`` if the GPU is free or full); ``partner_wl`` its
-    workload id. ``remaining[g]`` is that job's remaining exclusive time.
+    workload id. ``remaining[g]`` is that job's remaining exclusive time. ``alone[w]`` counts the GPUs that
+    a job of workload ``w`` holds alone.
     """
 
     def __init__(self, cluster: ClusterState, table: SlowdownTable) -> None:
         self.cluster = cluster
         self.table = table
-        self.occupancy = cluster.occupancy().copy()
-        one = self.occupancy == 1
-        self.partner = np.where(one, cluster.resident[:, 0], -1)
-        self.partner_wl = np.full(cluster.n_gpus, -1, dtype=np.int64)
-        self.partner_wl[one] = cluster.job_workload[self.partner[one]]
-        self.remaining = np.zeros(cluster.n_gpus)
-        self.remaining[one] = cluster.job_remaining[self.partner[one]]
-        self.n_free = int((self.occupancy == 0).sum())
-        self.n_single = int(one.sum())
+        self.occupancy = cluster.occupancy()
+        self.partner, self.partner_wl, self.remaining, self.alone = _kernels.lone_residents(
+            self.occupancy, cluster.resident, cluster.job_workload, cluster.job_remaining, len(table)
+        )
+        self.n_free = int(np.count_nonzero(self.occupancy == 0))
+        self.n_single = int(self.alone.sum())
+        self._single: np.ndarray | None = None
 
     def free_mask(self) -> np.ndarray:
         return self.occupancy == 0
 
     def single_gpus(self) -> np.ndarray:
-        """Return the indices of GPUs holding exactly one job."""
-        return np.flatnonzero(self.occupancy == 1)
+        """Return the indices of GPUs holding exactly one job (kept until the next ``place``)."""
+        if self._single is None:
+            self._single = np.flatnonzero(self.partner >= 0)
+        return self._single
 
     def shareable_counts(self, workloads: np.ndarray) -> np.ndarray:
         """For each workload id in ``workloads``, count the GPUs it could use now (free or allowed)."""
-        single = self.single_gpus()
-        if single.shape[0] == 0:
+        if self.n_single == 0:
             return np.full(workloads.shape[0], self.n_free)
-        # Per workload of the table (few), then looked up per job: no sort of a long queue.
-        per_workload = self.n_free + self.table.allowed[:, self.partner_wl[single]].sum(axis=1)
+        # Per workload of the table (few), then looked up per job: no sort of a long queue. ``alone`` counts
+        # the GPUs each workload holds alone; the allowed matrix times those counts is what each may join.
+        per_workload = self.n_free + self.table.allowed @ self.alone
         return per_workload[workloads]
 
     def place(self, job: int, workload: int, remaining: float, gpus: np.ndarray) -> None:
         """Record ``job`` on ``gpus``: a free GPU now holds it alone, a shared one becomes full."""
+        self._single = None
         for g in gpus.tolist():
             if self.occupancy[g] == 0:
                 self.n_free -= 1
@@ -62,8 +65,10 @@ class SharingState:
                 self.partner[g] = job
                 self.partner_wl[g] = workload
                 self.remaining[g] = remaining
+                self.alone[workload] += 1
             else:
                 self.n_single -= 1
+                self.alone[self.partner_wl[g]] -= 1
                 self.partner[g] = -1
                 self.partner_wl[g] = -1
             self.occupancy[g] += 1

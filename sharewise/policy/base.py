@@ -2,7 +2,9 @@
 
 A policy is a pure function ``policy(queue, cluster, table, now) -> list[Placement] | Decision``. Most return
 the placements to start now; a preemptive policy (``preemptive = True`` on the function, e.g. Tiresias)
-returns a ``Decision`` that may also stop running jobs and ask to be called again at a given time. The
+returns a ``Decision`` that may also stop running jobs and ask to be called again at a given time. A policy
+that never shares a GPU says so with ``shares_gpus = False`` on the function: the simulator then calls it
+only when a queued job fits on the free GPUs, since it could start nothing otherwise. The
 simulator builds the inputs as numpy views, so a policy can be vectorised over the queue and the GPUs; the
 views are read-only, so a policy cannot change the state it is shown.
 """
@@ -86,7 +88,9 @@ class ClusterState:
     spanning more than one node runs ``cross_node_slowdown`` times slower: locality-aware policies may weigh
     it. ``slo`` is the operator's bound on a job's realized slowdown (run time over exclusive run time);
     SLO-aware policies respect it. ``job_attained`` (GPU-seconds of service so far) and ``job_arrival``
-    are indexed by job for every job, for policies that rank by attained service (Tiresias).
+    are indexed by job for every job, for policies that rank by attained service (Tiresias). ``occupied``,
+    if given, is the number of jobs on each GPU as the owner of ``resident`` keeps it (the simulator does);
+    ``occupancy()`` copies it instead of counting.
     """
 
     resident: np.ndarray
@@ -101,13 +105,16 @@ class ClusterState:
     slo: float = 2.0
     job_attained: np.ndarray | None = None
     job_arrival: np.ndarray | None = None
+    occupied: np.ndarray | None = None
 
     @property
     def n_gpus(self) -> int:
         return int(self.resident.shape[0])
 
     def occupancy(self) -> np.ndarray:
-        """Return the number of jobs on each GPU (0, 1 or 2)."""
+        """Return the number of jobs on each GPU (0, 1 or 2), a new array the caller may change."""
+        if self.occupied is not None:
+            return self.occupied.copy()
         return (self.resident >= 0).sum(axis=1)
 
 
@@ -150,7 +157,7 @@ def check_placements(
     """Raise ``InvalidPlacementError`` unless ``placements`` can all start together on ``cluster``.
 
     Checks: each job is queued and placed once, gets exactly the GPUs it asked for, no GPU ends with more
-    than two jobs, and every pair that would share a GPU may share according to ``table``. A vectorised
+    than two jobs, and every pair that would share a GPU may share according to ``table``. A fast
     check runs first (the simulator validates every call); only a failing call walks the placements one by
     one to name the first problem.
     """
@@ -208,41 +215,47 @@ def _walk_placements(
 
 
 def _all_valid(placements: Sequence[Placement], queue: Queue, cluster: ClusterState, table: SlowdownTable) -> bool:
-    """Whether every check of ``check_placements`` passes, in a few vector operations."""
-    m = len(placements)
-    if m == 0:
+    """Whether every check of ``check_placements`` passes: one pass over the placed GPUs.
+
+    A call places a few jobs on a few GPUs each, so plain Python over them beats array set-up.
+    """
+    if not placements:
         return True
     n = cluster.n_gpus
-    jobs = np.fromiter((p.job for p in placements), np.int64, m)
-    lens = np.fromiter((len(p.gpus) for p in placements), np.int64, m)
-    flat = np.fromiter((g for p in placements for g in p.gpus), np.int64, int(lens.sum()))
-    i = np.searchsorted(queue.job, jobs)
-    if (i >= len(queue)).any() or not np.array_equal(queue.job[i], jobs):
-        return False
-    if np.unique(jobs).shape[0] != m or not np.array_equal(lens, queue.gpus[i]):
-        return False
-    if (flat < 0).any() or (flat >= n).any():
-        return False
-    owner = np.repeat(np.arange(m), lens)
-    if np.unique(owner * n + flat).shape[0] != flat.shape[0]:
-        return False
     occupancy = cluster.occupancy()
-    added = np.bincount(flat, minlength=n)
-    if (occupancy + added > MAX_JOBS_PER_GPU).any():
+    resident = cluster.resident
+    allowed = table.allowed
+    jobs = [int(p.job) for p in placements]
+    if len(set(jobs)) != len(jobs):
         return False
-    # Every GPU that ends with two jobs: the two workloads (resident and newcomer, or two newcomers).
-    new_wl = queue.workload[i][owner]
-    joins = occupancy[flat] == 1
-    if joins.any():
-        resident_wl = cluster.job_workload[cluster.resident[flat[joins], 0]]
-        if not table.allowed[new_wl[joins], resident_wl].all():
+    positions = np.searchsorted(queue.job, jobs).tolist()
+    n_queued = len(queue)
+    newcomer: dict[int, int] = {}  # GPU -> workload of the one job this call put on a free GPU
+    for p, job, i in zip(placements, jobs, positions, strict=True):
+        if i >= n_queued or int(queue.job[i]) != job:
             return False
-    both_new = np.flatnonzero((occupancy == 0) & (added == 2))
-    if both_new.shape[0]:
-        order = np.argsort(flat, kind="stable")
-        sel = order[np.isin(flat[order], both_new)].reshape(-1, 2)
-        if not table.allowed[new_wl[sel[:, 0]], new_wl[sel[:, 1]]].all():
+        gpus = p.gpus
+        if len(gpus) != int(queue.gpus[i]) or len(set(gpus)) != len(gpus):
             return False
+        wl = int(queue.workload[i])
+        for g in gpus:
+            g = int(g)
+            if g < 0 or g >= n:
+                return False
+            held = int(occupancy[g])
+            if held >= MAX_JOBS_PER_GPU:
+                return False
+            if held == 1:
+                if g in newcomer or not allowed[wl, cluster.job_workload[resident[g, 0]]]:
+                    return False
+                newcomer[g] = -1  # full now
+            elif g in newcomer:
+                other = newcomer[g]
+                if other < 0 or not allowed[other, wl]:
+                    return False
+                newcomer[g] = -1
+            else:
+                newcomer[g] = wl
     return True
 
 

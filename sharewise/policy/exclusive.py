@@ -79,3 +79,9 @@ def _head_of_line(queue: Queue, cluster: ClusterState, free: np.ndarray, n_free:
 exclusive_fifo_strict = partial(exclusive, order="fifo", backfill=False)
 exclusive_fifo_backfill = partial(exclusive, order="fifo", backfill=True)
 exclusive_sjf = partial(exclusive, order="sjf")
+
+# Exclusive: the simulator need not call it while no queued job fits on the free GPUs.
+exclusive.shares_gpus = False
+exclusive_fifo_strict.shares_gpus = False
+exclusive_fifo_backfill.shares_gpus = False
+exclusive_sjf.shares_gpus = False

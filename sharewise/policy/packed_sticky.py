@@ -35,3 +35,6 @@ def packed_sticky(
         free[chosen] = False
         placements.append(Placement(int(queue.job[i]), tuple(int(g) for g in np.sort(chosen))))
     return placements
+
+# Exclusive: the simulator need not call it while no queued job fits on the free GPUs.
+packed_sticky.shares_gpus = False

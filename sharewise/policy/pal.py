@@ -71,3 +71,6 @@ def fastest_block(free: np.ndarray, speed: np.ndarray, node: np.ndarray, k: int,
         if best_key is None or key < best_key:
             best_key, best = key, gpus
     return best
+
+# Exclusive: the simulator need not call it while no queued job fits on the free GPUs.
+pal.shares_gpus = False

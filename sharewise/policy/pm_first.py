@@ -61,3 +61,6 @@ def pm_first(
         gpus, ranked = ranked[:k], ranked[k:]
         placements.append(Placement(int(queue.job[i]), tuple(sorted(gpus))))
     return placements
+
+# Exclusive: the simulator need not call it while no queued job fits on the free GPUs.
+pm_first.shares_gpus = False

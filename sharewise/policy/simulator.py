@@ -10,7 +10,8 @@ rate since it was scheduled is skipped by its version stamp.
 Semantics, stated once:
 
 - **When the policy runs.** Event-driven (default): after every arrival, completion or requested wake-up,
-  while jobs wait and a GPU slot is free (a preemptive policy runs whenever jobs wait). Round-based
+  while jobs wait and a GPU slot is free (a preemptive policy runs whenever jobs wait; one that never shares,
+  ``shares_gpus = False``, only while a queued job fits on the free GPUs). Round-based
   (``round_s``, Gavel's 360 s rounds): only at multiples of ``round_s``; jobs that arrive or GPUs freed in
   between wait for the next round boundary.
 - **Preemption.** A ``Decision`` may stop running jobs; a stopped job keeps its progress, returns to the
@@ -33,6 +34,7 @@ import numpy as np
 from sharewise.datasets.pair import both_orders
 from sharewise.datasets.traces import check_trace
 from sharewise.errors import ConfigError
+from sharewise.policy import _kernels
 from sharewise.policy.base import (
     MAX_JOBS_PER_GPU,
     ClusterState,
@@ -155,6 +157,7 @@ class _Replay:
         self.trace = trace
         self.policy = policy
         self.preemptive = bool(getattr(policy, "preemptive", False))
+        self.shares = bool(getattr(policy, "shares_gpus", True))
         self.truth = truth
         self.view = truth if view is None else view.aligned(truth.workloads).restricted(truth.allowed)
         self.name = name
@@ -208,6 +211,7 @@ class _Replay:
             slo=self.slo,
             job_attained=readonly(self.attained),
             job_arrival=readonly(self.arrival),
+            occupied=readonly(self.occupancy),
         )
         self.ro = {
             k: readonly(v)
@@ -261,8 +265,15 @@ class _Replay:
             heapq.heappop(heap)
 
     def _waiting_work(self) -> bool:
-        """Whether a policy call now could start something: jobs wait and a slot is free (or it preempts)."""
-        return bool(self.queue.shape[0]) and (self.free_slots > 0 or self.preemptive)
+        """Whether a policy call now could start something: jobs wait and a slot is free (or it preempts);
+        for a policy that never shares, a queued job fits on the free GPUs."""
+        if not self.queue.shape[0]:
+            return False
+        if self.preemptive:
+            return True
+        if not self.shares:
+            return self.n_gpus - self.busy >= int(self.ngpus[self.queue].min())
+        return self.free_slots > 0
 
     def _next_round(self) -> float:
         """The next round boundary at or after the last event, while work waits; inf otherwise."""
@@ -326,12 +337,7 @@ class _Replay:
 
     def _refresh(self, now: float) -> None:
         """Bring the remaining work and attained service of every running job up to ``now``."""
-        # A multi-GPU job appears once per GPU; fancy-index updates apply once per index, so no dedup needed.
-        res = self.resident[self.resident >= 0]
-        dt = now - self.anchor_t[res]
-        self.remaining[res] -= self.rate[res] * dt
-        self.attained[res] += self.ngpus[res] * dt
-        self.anchor_t[res] = now
+        _kernels.advance(self.resident, float(now), self.anchor_t, self.remaining, self.rate, self.attained, self.ngpus)
 
     def _schedule(self, now: float, affected: set[int]) -> bool:
         """Show the policy the queue and the cluster; apply its decision. Return whether it started any job."""
