@@ -643,8 +643,13 @@ def test_sharewise_kernels_match_the_closed_forms(seed):
     tab = SlowdownTable(list("abcd"), p50 * 0.95, p50, p50 * rng.uniform(1.0, 1.3, (n_wl, n_wl)), allowed)
     occupancy = rng.integers(0, 3, n_gpus)
     jobs = rng.permutation(n_jobs)[: 2 * n_gpus].reshape(n_gpus, 2)
-    resident = np.where(np.arange(2)[None, :] < occupancy[:, None], jobs, -1)
     speed = rng.uniform(0.6, 1.0, n_gpus)
+    # Multi-GPU jobs: runs of neighbouring GPUs holding the same job(s) at one speed (the kernels reuse a
+    # column there), and one neighbour at another speed (they must not).
+    for g in rng.choice(n_gpus - 3, 6, replace=False):
+        jobs[g + 1 : g + 3], occupancy[g + 1 : g + 3], speed[g + 1 : g + 3] = jobs[g], occupancy[g], speed[g]
+    speed[g + 2] *= 0.9
+    resident = np.where(np.arange(2)[None, :] < occupancy[:, None], jobs, -1)
     work = rng.uniform(100, 5000, n_jobs)
     remaining, workload = work * rng.uniform(0.05, 1.0, n_jobs), rng.integers(0, n_wl, n_jobs)
     start = rng.uniform(0, 3000, n_jobs)
@@ -682,6 +687,65 @@ def test_sharewise_kernels_match_the_closed_forms(seed):
     want[two] = np.maximum(c_a, c_b) / speed[two]
     assert np.array_equal(release_times(cluster, tab), np.sort(want))
     assert np.array_equal(release_times(cluster, tab, m=7), np.sort(want)[:7])
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_compiled_orderings_are_numpys(seed):
+    """The hand-written sorts of the kernels give what numpy gives: ``stable_order`` and ``smallest`` the
+    stable argsort (ties by position; many ties here), ``select_smallest`` the values ``np.partition`` keeps;
+    and ``sjf_walk`` the SJF walk written with ``base.in_order``."""
+    from sharewise.policy import _kernels
+    from sharewise.policy.base import in_order
+
+    rng = np.random.default_rng(seed)
+    for n in (1, 2, 7, 64, 65, 300):
+        keys = rng.integers(0, 6, n).astype(float) if seed % 2 else rng.uniform(0, 1e4, n)
+        want = np.argsort(keys, kind="stable")
+        assert np.array_equal(_kernels.stable_order(keys), want)
+        for m in {0, 1, n // 2, n, n + 3}:
+            assert np.array_equal(_kernels.smallest(keys, m), want[:m])
+            if 1 <= m <= n:
+                got = _kernels.select_smallest(keys, m)
+                assert np.array_equal(np.sort(got), np.sort(np.partition(keys, m - 1)[:m]))
+        gpus = rng.choice([1, 1, 2, 4, 8], n)
+        for n_free in (0, 1, 5, 40, 400):
+            for head in (0, 1, 3, 24):
+                starting, waiting = [], []
+                if n_free == 0:
+                    waiting = want[:head].tolist()
+                else:
+                    left = n_free
+                    for i in in_order(keys, n_free + head):
+                        if gpus[i] <= left:
+                            starting.append(i)
+                            left -= int(gpus[i])
+                        else:
+                            waiting.append(i)
+                            if len(waiting) >= head:
+                                break
+                got_s, got_w = _kernels.sjf_walk(keys, gpus, n_free, head)
+                assert got_s.tolist() == starting and got_w.tolist() == waiting
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_compiled_free_gpu_pick_is_the_python_rule(seed):
+    """``_kernels.pick_free_gpus`` (inside the one-kernel sharewise call) chooses what ``pick_free_gpus``
+    chooses, on random free masks, node layouts and job sizes."""
+    from sharewise.policy import _kernels
+    from sharewise.policy.base import pick_free_gpus
+
+    rng = np.random.default_rng(seed)
+    per_node = int(rng.choice([1, 2, 4, 8]))
+    n_gpus = per_node * int(rng.integers(1, 7))
+    node = np.arange(n_gpus) // per_node
+    occupancy = rng.integers(0, 3, n_gpus) * (rng.random(n_gpus) < 0.6)
+    for k in range(1, n_gpus + 2):
+        want = pick_free_gpus(occupancy == 0, node, k)
+        got = _kernels.pick_free_gpus(occupancy, node, k)
+        if want is None:
+            assert got.shape[0] == 0
+        else:
+            assert np.array_equal(got, np.sort(want))
 
 
 @pytest.mark.parametrize("seed", range(30))

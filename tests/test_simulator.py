@@ -266,6 +266,49 @@ def test_a_policy_that_never_shares_is_called_only_when_a_job_fits():
     assert skipping.policy_calls < every.policy_calls
 
 
+@pytest.mark.parametrize("seed", range(8))
+def test_sharewise_in_one_kernel_schedules_as_the_general_path(seed):
+    """Where every placement is equally fast, sharewise runs a call as one compiled kernel
+    (``_sharewise_packed``); its step-by-step general path must give the same schedule, job by job, with
+    multi-GPU jobs, intervals (p90 != p50), observation, and jobs arriving in batches (so that several start
+    in one call) in play."""
+    from sharewise.policy.interference_aware import _sharewise_general
+
+    rng = np.random.default_rng(seed)
+    names = ["a", "b", "c"]
+    trace = _trace(
+        (float(t), float(d), int(g), names[int(k)])
+        for t, d, g, k in zip(
+            np.sort(rng.integers(0, 16, 160)) * 400.0, rng.uniform(20, 900, 160), rng.choice([1, 1, 1, 2, 4, 8], 160),
+            rng.integers(0, 3, 160), strict=True,
+        )
+    )
+    p50 = rng.uniform(1.02, 1.5, (3, 3))
+    allowed = rng.random((3, 3)) < 0.85
+    truth = SlowdownTable(names, p50, p50, p50, allowed, device_name=DEVICE, source="measured")
+    view = SlowdownTable(
+        names, p50 * 0.9, p50 * rng.uniform(0.8, 1.2, (3, 3)), p50 * 1.25, allowed, device_name=DEVICE,
+        source="predicted",
+    )
+
+    placed = {"one": [], "steps": []}  # every call's placements, GPUs included
+
+    def one_kernel(queue, cluster, table, now):
+        placed["one"].append(get_policy("sharewise")(queue, cluster, table, now))
+        return placed["one"][-1]
+
+    def general(queue, cluster, table, now):
+        placed["steps"].append(_sharewise_general(queue, cluster, table, now, cluster.slo, 24, "p90", "p90"))
+        return placed["steps"][-1]
+
+    cluster = Cluster(32, 8)
+    one = simulate(trace, one_kernel, truth, view, cluster=cluster, name="sharewise")
+    steps = simulate(trace, general, truth, view, cluster=cluster, name="general")
+    assert placed["one"] == placed["steps"] and sum(map(len, placed["one"])) == len(trace)
+    assert np.array_equal(one.start, steps.start) and np.array_equal(one.finish, steps.finish)
+    assert (one.realized_slowdown > 1.0 + 1e-9).any()  # jobs did share
+
+
 # ---- trace validation -------------------------------------------------------------------------------
 def _write(tmp_path: Path, name: str, text: str) -> Path:
     path = tmp_path / name

@@ -1,10 +1,22 @@
-"""Compiled inner loops of the ``sharewise`` policy (numba): the per-call scoring of waiting jobs against
-GPUs holding one job, and the predicted GPU releases.
+"""Compiled inner loops of the ``sharewise`` policy and the simulator (numba).
 
-The policy calls these at every scheduling event, thousands of times per trace; as numpy expressions they
-were dozens of temporary arrays of a few thousand cells per call. Each kernel computes exactly the closed
-forms documented in ``interference_aware`` in the same order of operations (no fast-math), so the numbers
-match the array expressions bit for bit; ``tests/test_policy.py`` checks that against a numpy transcription.
+The policy runs at every scheduling event, tens of thousands of times per trace; as numpy expressions each
+call was dozens of temporary arrays and as many interpreter round trips. Here:
+
+- ``sharing_savings`` scores every (waiting job, GPU holding one job) pair, ``release_times`` predicts the
+  GPU releases, ``lone_residents`` tabulates the GPUs holding one job, ``sjf_walk`` orders the queue;
+- ``sharewise_packed`` runs a whole policy call in one kernel on a cluster where every placement is equally
+  fast (one GPU speed, no cross-node slowdown; free GPUs by ``pick_free_gpus``), up to the one assignment,
+  which scipy solves; anything else (different speeds, a multi-GPU job joining shared GPUs) goes to the
+  policy's step-by-step Python path;
+- ``advance`` brings the simulator's running jobs up to date.
+
+Each kernel computes exactly the closed forms and rules documented in ``interference_aware`` and ``base``
+in the same order of operations (no fast-math), so the numbers match the array expressions bit for bit:
+``tests/test_policy.py`` checks the scoring against a numpy transcription and ``pick_free_gpus`` against
+the Python rule, and ``tests/test_simulator.py`` checks that the one-kernel call places every job on the same
+GPUs as the step-by-step path. Where neighbouring GPUs hold the same job(s) at the same speed (a multi-GPU
+job), their columns are computed once.
 """
 
 from __future__ import annotations
@@ -32,11 +44,22 @@ def sharing_savings(
     k = single.shape[0]
     out = np.full((m, k), -np.inf)
     n_good = np.zeros(m, dtype=np.int64)
+    last = -1  # the last column computed
     for j in range(k):
         gpu = single[j]
         sp = speed[gpu]
-        eb = remaining[gpu] / sp
         res = partner[gpu]
+        if last >= 0:
+            before = single[last]
+            if partner[before] == res and speed[before] == sp and remaining[before] == remaining[gpu]:
+                # The next GPU of the same multi-GPU job at the same speed: the same column.
+                for i in range(m):
+                    out[i, j] = out[i, last]
+                    if out[i, j] > 0:
+                        n_good[i] += 1
+                continue
+        last = j
+        eb = remaining[gpu] / sp
         # Wall seconds the resident may still run within its SLO (its slowdown counts from its start).
         bud = max_slowdown * job_work[res] / sp - (now - job_start[res])
         if eb > bud:
@@ -97,6 +120,9 @@ def release_times(resident, remaining, workload, speed, allowed, p50, m):  # pra
         b = resident[gpu, 1]
         if a < 0:
             continue
+        if gpu > 0 and resident[gpu - 1, 0] == a and resident[gpu - 1, 1] == b and speed[gpu - 1] == speed[gpu]:
+            out[gpu] = out[gpu - 1]  # the next GPU of the same job(s) at the same speed
+            continue
         if b < 0:
             out[gpu] = remaining[a] / speed[gpu]
             continue
@@ -116,8 +142,8 @@ def release_times(resident, remaining, workload, speed, allowed, p50, m):  # pra
             c_b = f_b
         out[gpu] = (c_a if c_a > c_b else c_b) / speed[gpu]
     if m < n_gpus:
-        out = np.partition(out, m - 1)[:m]
-    return np.sort(out)
+        out = select_smallest(out, m)
+    return out[stable_order(out)]
 
 
 @njit(cache=True, nogil=True)
@@ -133,3 +159,361 @@ def advance(resident, now, anchor_t, remaining, rate, attained, ngpus):  # pragm
             remaining[job] -= rate[job] * dt
             attained[job] += ngpus[job] * dt
             anchor_t[job] = now
+
+
+@njit(cache=True, nogil=True)
+def stable_order(keys):  # pragma: no cover - compiled; tested against np.argsort(kind="stable")
+    """``np.argsort(keys, kind="stable")``, as a bottom-up merge sort (numba's own sorts take seconds to
+    compile)."""
+    n = keys.shape[0]
+    order = np.arange(n)
+    spare = np.empty(n, dtype=np.int64)
+    width = 1
+    while width < n:
+        for lo in range(0, n, 2 * width):
+            mid = min(lo + width, n)
+            hi = min(lo + 2 * width, n)
+            a, b, o = lo, mid, lo
+            while a < mid and b < hi:
+                if keys[order[b]] < keys[order[a]]:
+                    spare[o] = order[b]
+                    b += 1
+                else:
+                    spare[o] = order[a]
+                    a += 1
+                o += 1
+            while a < mid:
+                spare[o] = order[a]
+                a += 1
+                o += 1
+            while b < hi:
+                spare[o] = order[b]
+                b += 1
+                o += 1
+        order, spare = spare, order
+        width *= 2
+    return order
+
+
+@njit(cache=True, nogil=True)
+def smallest(keys, m):  # pragma: no cover - compiled; tested against np.argsort(kind="stable")
+    """The first ``m`` positions of ``stable_order(keys)``, by insertion into a sorted buffer: linear in
+    ``len(keys)`` for the few ``m`` a policy call needs."""
+    m = min(m, keys.shape[0])
+    out = np.empty(max(m, 0), dtype=np.int64)
+    if m <= 0:
+        return out
+    filled = 0
+    for i in range(keys.shape[0]):
+        x = keys[i]
+        if filled < m:
+            j = filled
+            filled += 1
+        elif x < keys[out[m - 1]]:
+            j = m - 1
+        else:
+            continue  # ties with the last kept key come after it: positions only grow
+        while j > 0 and keys[out[j - 1]] > x:
+            out[j] = out[j - 1]
+            j -= 1
+        out[j] = i
+    return out
+
+
+@njit(cache=True, nogil=True)
+def select_smallest(values, m):  # pragma: no cover - compiled; tested against np.partition
+    """The ``m`` smallest of ``values`` (``1 <= m <= len``), in no particular order: Hoare's quickselect
+    with a median-of-three pivot, on a copy (what ``np.partition(values, m - 1)[:m]`` holds)."""
+    a = values.copy()
+    lo, hi, k = 0, a.shape[0] - 1, m - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        x, y, z = a[lo], a[mid], a[hi]
+        pivot = max(min(x, y), min(max(x, y), z))
+        i, j = lo, hi
+        while i <= j:
+            while a[i] < pivot:
+                i += 1
+            while a[j] > pivot:
+                j -= 1
+            if i <= j:
+                a[i], a[j] = a[j], a[i]
+                i += 1
+                j -= 1
+        if k <= j:
+            hi = j
+        elif k >= i:
+            lo = i
+        else:
+            break
+    return a[:m].copy()
+
+
+@njit(cache=True, nogil=True)
+def sjf_walk(keys, gpus, n_free, head):  # pragma: no cover - compiled; tested against the Python walk
+    """Walk positions in ascending ``keys`` (ties: lower position first) while ``n_free`` GPUs last: a job
+    asking for at most the GPUs still free starts, any other waits. Return ``(starting, waiting)``; the walk
+    stops after ``head`` waiting jobs (with no free GPU, the first ``head`` jobs wait).
+
+    Where ``n_free + head`` is small (at most 64) only that many of the order are found up front
+    (``smallest``), as ``base.smallest_first`` does, and the whole queue is sorted only if the walk runs past
+    them; otherwise the whole queue is sorted at once.
+    """
+    n = keys.shape[0]
+    if n_free == 0:
+        return np.empty(0, dtype=np.int64), smallest(keys, max(head, 0))
+    starting = np.empty(n, dtype=np.int64)
+    waiting = np.empty(n, dtype=np.int64)
+    ns = 0
+    nw = 0
+    m = n_free + head
+    order = smallest(keys, m) if m <= 64 else stable_order(keys)
+    full = order.shape[0] == n
+    pos = 0
+    while True:
+        if pos == order.shape[0]:
+            if full:
+                break
+            order = stable_order(keys)  # the prefix walked so far is this one's prefix
+            full = True
+            continue
+        i = order[pos]
+        pos += 1
+        if gpus[i] <= n_free:
+            starting[ns] = i
+            ns += 1
+            n_free -= gpus[i]
+        else:
+            waiting[nw] = i
+            nw += 1
+            if nw >= head:
+                break
+    return starting[:ns].copy(), waiting[:nw].copy()
+
+
+@njit(cache=True, nogil=True)
+def sharing_prepare(
+    occupancy, resident, job_workload, job_remaining, allowed, q_gpus, q_workload, q_remaining, head
+):  # pragma: no cover - compiled; tested against SharingState, candidates and the Python walk
+    """One ``sharewise`` call's set-up: the lone residents (``lone_residents``), the queued jobs that could
+    start now (enough free GPUs, or GPUs they may join), and those jobs' SJF walk over the free GPUs
+    (``sjf_walk``). Return ``(partner, partner_wl, remaining, alone, n_free, starting, waiting)``, the last
+    two as queue positions."""
+    n_workloads = allowed.shape[0]
+    partner, partner_wl, remaining, alone = lone_residents(
+        occupancy, resident, job_workload, job_remaining, n_workloads
+    )
+    n_free = 0
+    for gpu in range(occupancy.shape[0]):
+        if occupancy[gpu] == 0:
+            n_free += 1
+    n_single = alone.sum()
+    empty = np.empty(0, dtype=np.int64)
+    if q_gpus.shape[0] == 0 or (n_free == 0 and n_single == 0):
+        return partner, partner_wl, remaining, alone, n_free, empty, empty
+    # GPUs each workload could use now: the free ones and those a job of a workload it may join holds alone.
+    usable = np.full(n_workloads, n_free, dtype=np.int64)
+    if n_single > 0:
+        for w in range(n_workloads):
+            for v in range(n_workloads):
+                if allowed[w, v]:
+                    usable[w] += alone[v]
+    cand = np.empty(q_gpus.shape[0], dtype=np.int64)
+    n_cand = 0
+    for i in range(q_gpus.shape[0]):
+        if q_gpus[i] <= usable[q_workload[i]]:
+            cand[n_cand] = i
+            n_cand += 1
+    cand = cand[:n_cand]
+    starting, waiting = sjf_walk(q_remaining[cand], q_gpus[cand], n_free, head)
+    return partner, partner_wl, remaining, alone, n_free, cand[starting], cand[waiting]
+
+
+@njit(cache=True, nogil=True)
+def sharing_gains(
+    wl_a, rem_a, k_a, partner, partner_wl, remaining, resident, job_remaining, job_workload, speed, job_work,
+    job_start, allowed, p50, now, n, ok, q, extra, g, stretch, same_quantile, max_slowdown,
+):  # pragma: no cover - compiled; its parts are tested against their closed forms
+    """Return ``(single, saving, n_good)`` for the waiting jobs (workloads ``wl_a``, remaining ``rem_a``,
+    GPUs asked ``k_a``): the GPUs holding one job and ``sharing_savings`` against them, where a job's
+    alternative is its turn in the predicted releases (``release_times``: the waiting jobs take them in SJF
+    order, as many GPUs as each asks for)."""
+    n_gpus = partner.shape[0]
+    single = np.flatnonzero(partner >= 0)
+    total = 0
+    for i in range(k_a.shape[0]):
+        total += k_a[i]
+    release = release_times(resident, job_remaining, job_workload, speed, allowed, p50, min(total + 1, n_gpus))
+    release_a = np.empty(k_a.shape[0])
+    turn = -1
+    for i in range(k_a.shape[0]):
+        turn += k_a[i]
+        release_a[i] = release[min(turn, release.shape[0] - 1)]
+    saving, n_good = sharing_savings(
+        wl_a, rem_a, release_a, single, partner, partner_wl, remaining, speed, job_work, job_start, now, n,
+        ok, q, extra, g, stretch, same_quantile, max_slowdown,
+    )
+    return single, saving, n_good
+
+
+@njit(cache=True, nogil=True)
+def assignment_costs(saving, k_a, taken, forbidden):  # pragma: no cover - compiled; tested via the policy
+    """Return ``(cost, rows, cols)`` for the one assignment of single-GPU waiting jobs to shared GPUs:
+    the rows (jobs asking one GPU) and columns (GPUs not ``taken``) with at least one saving cell, ``cost``
+    the negated savings there (``forbidden`` where a cell saves nothing) followed by one zero column per row
+    (waiting instead)."""
+    m, k = saving.shape
+    use_r = np.zeros(m, dtype=np.bool_)
+    use_c = np.zeros(k, dtype=np.bool_)
+    for i in range(m):
+        if k_a[i] != 1:
+            continue
+        for j in range(k):
+            if not taken[j] and saving[i, j] > 0:
+                use_r[i] = True
+                use_c[j] = True
+    rows = np.flatnonzero(use_r)
+    cols = np.flatnonzero(use_c)
+    cost = np.zeros((rows.shape[0], cols.shape[0] + rows.shape[0]))
+    for a in range(rows.shape[0]):
+        for b in range(cols.shape[0]):
+            gain = saving[rows[a], cols[b]]
+            cost[a, b] = -gain if gain > 0 else forbidden
+    return cost, rows, cols
+
+
+@njit(cache=True, nogil=True)
+def pick_free_gpus(occupancy, node, k):  # pragma: no cover - compiled; tested against base.pick_free_gpus
+    """``base.pick_free_gpus`` over the GPUs with ``occupancy == 0``, ascending; empty if fewer than ``k``
+    are free. The same rule exactly: best fit on one node for a job that fits on one, else the fullest-free
+    nodes first."""
+    n_gpus = occupancy.shape[0]
+    n_nodes = 0
+    for gpu in range(n_gpus):
+        if node[gpu] + 1 > n_nodes:
+            n_nodes = node[gpu] + 1
+    counts = np.zeros(n_nodes, dtype=np.int64)
+    n_free = 0
+    for gpu in range(n_gpus):
+        if occupancy[gpu] == 0:
+            counts[node[gpu]] += 1
+            n_free += 1
+    if n_free < k:
+        return np.empty(0, dtype=np.int64)
+    out = np.empty(k, dtype=np.int64)
+    if k == 1:  # the first free GPU of a node with the fewest free
+        best = -1
+        for gpu in range(n_gpus):
+            if occupancy[gpu] == 0 and (best < 0 or counts[node[gpu]] < counts[node[best]]):
+                best = gpu
+        out[0] = best
+        return out
+    fit = -1  # the lowest node with the fewest free GPUs that still holds the job
+    for nd in range(n_nodes):
+        if counts[nd] >= k and (fit < 0 or counts[nd] < counts[fit]):
+            fit = nd
+    if fit >= 0:
+        taken = 0
+        for gpu in range(n_gpus):
+            if occupancy[gpu] == 0 and node[gpu] == fit:
+                out[taken] = gpu
+                taken += 1
+                if taken == k:
+                    break
+        return out
+    # No node holds it: the first k free GPUs in the order of their node's free count, fullest first (ties:
+    # GPU order, as a stable sort gives), returned ascending.
+    chosen = np.zeros(n_gpus, dtype=np.bool_)
+    taken = 0
+    for c in range(counts.max(), 0, -1):
+        for gpu in range(n_gpus):
+            if taken < k and occupancy[gpu] == 0 and counts[node[gpu]] == c:
+                chosen[gpu] = True
+                taken += 1
+    return np.flatnonzero(chosen)
+
+
+@njit(cache=True, nogil=True)
+def by_sensitivity(positions, q_remaining, q_gpus):  # pragma: no cover - compiled; tested via the policy
+    """``pm_first.by_sensitivity``: ``positions`` longest remaining first (ties: more GPUs, then position)."""
+    out = positions.copy()
+    for a in range(1, out.shape[0]):
+        x = out[a]
+        b = a
+        while b > 0:
+            y = out[b - 1]
+            if q_remaining[y] > q_remaining[x] or (
+                q_remaining[y] == q_remaining[x]
+                and (q_gpus[y] > q_gpus[x] or (q_gpus[y] == q_gpus[x] and y < x))
+            ):
+                break
+            out[b] = y
+            b -= 1
+        out[b] = x
+    return out
+
+
+# Outcomes of ``sharewise_packed``.
+ASSIGN, IN_PYTHON = 1, 2
+
+
+@njit(cache=True, nogil=True)
+def sharewise_packed(
+    occupancy, resident, node, job_workload, job_remaining, speed, cross_node_slowdown, job_work, job_start,
+    allowed, p50, q_job, q_gpus, q_workload, q_remaining, head, now, ok, q, extra, g, stretch, same_quantile,
+    max_slowdown, forbidden,
+):  # pragma: no cover - compiled; the policy's two paths are tested to agree
+    """A whole ``sharewise`` call on a cluster where every placement is equally fast (one GPU speed, no
+    cross-node slowdown: free GPUs go by ``pick_free_gpus``), up to the assignment; on any other cluster,
+    ``IN_PYTHON`` at once.
+
+    Return ``(stage, started, start_gpus, waiting, single, cost, rows, cols)``. With ``stage == ASSIGN``:
+    the queue positions ``started`` start on ``start_gpus`` (each job's GPUs in a row, ascending), then
+    ``waiting[rows]`` are assigned to ``single[cols]`` by ``cost`` (``assignment_costs``; no rows: none).
+    ``IN_PYTHON`` also where a multi-GPU job has enough saving shared GPUs to join; the policy's general path
+    decides then, from scratch.
+    """
+    empty = np.empty(0, dtype=np.int64)
+    no_cost = np.empty((0, 0))
+    uniform = cross_node_slowdown == 1.0
+    for gpu in range(speed.shape[0]):
+        uniform = uniform and speed[gpu] == speed[0]
+    if not uniform:
+        return IN_PYTHON, empty, empty, empty, empty, no_cost, empty, empty
+    occ = occupancy.copy()
+    partner, partner_wl, remaining, alone, n_free, starting, waiting = sharing_prepare(
+        occ, resident, job_workload, job_remaining, allowed, q_gpus, q_workload, q_remaining, head
+    )
+    n_single = alone.sum()
+    started = by_sensitivity(starting, q_remaining, q_gpus)
+    total = 0
+    for s in range(started.shape[0]):
+        total += q_gpus[started[s]]
+    start_gpus = np.empty(total, dtype=np.int64)
+    o = 0
+    for s in range(started.shape[0]):
+        i = started[s]
+        gpus = pick_free_gpus(occ, node, q_gpus[i])
+        for gpu in gpus:  # SharingState.place: a free GPU now holds the job alone (no one counts ``alone`` now)
+            n_free -= 1
+            n_single += 1
+            partner[gpu] = q_job[i]
+            partner_wl[gpu] = q_workload[i]
+            remaining[gpu] = q_remaining[i]
+            occ[gpu] += 1
+            start_gpus[o] = gpu
+            o += 1
+    if waiting.shape[0] == 0 or n_single == 0:
+        return ASSIGN, started, start_gpus, empty, empty, no_cost, empty, empty
+    k_a = q_gpus[waiting]
+    single, saving, n_good = sharing_gains(
+        q_workload[waiting], q_remaining[waiting], k_a, partner, partner_wl, remaining, resident, job_remaining,
+        job_workload, speed, job_work, job_start, allowed, p50, now, allowed.shape[0], ok, q, extra, g,
+        stretch, same_quantile, max_slowdown,
+    )
+    for i in range(k_a.shape[0]):
+        need = k_a[i] - n_free  # shared GPUs the job would take: the policy's multi-GPU step
+        if k_a[i] > 1 and 0 < need <= n_good[i]:
+            return IN_PYTHON, empty, empty, empty, empty, no_cost, empty, empty
+    cost, rows, cols = assignment_costs(saving, k_a, np.zeros(single.shape[0], dtype=np.bool_), forbidden)
+    return ASSIGN, started, start_gpus, waiting, single, cost, rows, cols

@@ -26,13 +26,23 @@ class SharingState:
     a job of workload ``w`` holds alone.
     """
 
-    def __init__(self, cluster: ClusterState, table: SlowdownTable) -> None:
+    def __init__(
+        self,
+        cluster: ClusterState,
+        table: SlowdownTable,
+        occupancy: np.ndarray | None = None,
+        residents: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None,
+    ) -> None:
+        """``occupancy`` (a copy this state may change) and ``residents`` (``_kernels.lone_residents`` of
+        it) when the caller has computed them already."""
         self.cluster = cluster
         self.table = table
-        self.occupancy = cluster.occupancy()
-        self.partner, self.partner_wl, self.remaining, self.alone = _kernels.lone_residents(
-            self.occupancy, cluster.resident, cluster.job_workload, cluster.job_remaining, len(table)
-        )
+        self.occupancy = cluster.occupancy() if occupancy is None else occupancy
+        if residents is None:
+            residents = _kernels.lone_residents(
+                self.occupancy, cluster.resident, cluster.job_workload, cluster.job_remaining, len(table)
+            )
+        self.partner, self.partner_wl, self.remaining, self.alone = residents
         self.n_free = int(np.count_nonzero(self.occupancy == 0))
         self.n_single = int(self.alone.sum())
         self._single: np.ndarray | None = None

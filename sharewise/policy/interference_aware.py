@@ -30,8 +30,8 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 
 from sharewise.policy import _kernels
-from sharewise.policy._sharing import SharingState, candidates
-from sharewise.policy.base import ClusterState, Placement, Queue, in_order, pick_free_gpus, smallest_first
+from sharewise.policy._sharing import SharingState
+from sharewise.policy.base import ClusterState, Placement, Queue, pick_free_gpus
 from sharewise.policy.pal import fastest_block
 from sharewise.policy.pm_first import by_sensitivity
 from sharewise.policy.table import SlowdownTable
@@ -101,22 +101,32 @@ def sharewise(
         return []
     if max_slowdown is None:
         max_slowdown = cluster.slo
-    state = SharingState(cluster, table)
-    cand = candidates(queue, state)
-    if cand.shape[0] == 0:
-        return []
-    placements, waiting = _start_on_free_gpus(queue, cluster, state, cand, head)
-    if not waiting or state.n_single == 0:
+    placements = _sharewise_packed(queue, cluster, table, now, max_slowdown, head, quantile, slo_quantile)
+    if placements is not None:
         return placements
-    waits = np.array(waiting, dtype=np.int64)
-    single = state.single_gpus()
-    saving, n_good = _sharing_savings(
-        queue, cluster, table, state, waits, single, now, max_slowdown, quantile, slo_quantile
+    return _sharewise_general(queue, cluster, table, now, max_slowdown, head, quantile, slo_quantile)
+
+
+def _sharewise_general(queue, cluster, table, now, max_slowdown, head, quantile, slo_quantile) -> list[Placement]:
+    """The policy on any cluster, step by step (``_sharewise_packed`` gives the same placements in one
+    kernel where every placement is equally fast)."""
+    occupancy = cluster.occupancy()
+    *residents, n_free, starting, waiting = _kernels.sharing_prepare(
+        occupancy, cluster.resident, cluster.job_workload, cluster.job_remaining, table.allowed, queue.gpus,
+        queue.workload, queue.remaining, head,
+    )
+    if starting.shape[0] == 0 and waiting.shape[0] == 0:
+        return []
+    state = SharingState(cluster, table, occupancy, tuple(residents))
+    placements = _start_on_free_gpus(queue, cluster, state, starting) if starting.shape[0] else []
+    if waiting.shape[0] == 0 or state.n_single == 0:
+        return placements
+    k_a = queue.gpus[waiting]
+    single, saving, n_good = _sharing_savings(
+        queue, cluster, table, state, waiting, k_a, now, max_slowdown, quantile, slo_quantile
     )
     if not n_good.any():
         return placements
-    good = saving > 0
-    k_a = queue.gpus[waits]
     taken = np.zeros(single.shape[0], dtype=bool)
     # Multi-GPU jobs (rare) first: their best shared GPUs, when every one of them saves (a job with fewer
     # saving GPUs than it needs cannot; GPUs taken by an earlier job only lower that count).
@@ -132,49 +142,59 @@ def sharewise(
         shared = single[best]
         gpus = shared if free is None else np.concatenate([free, shared])
         taken[best] = True
-        i = int(waits[r])
+        i = int(waiting[r])
         state.place(int(queue.job[i]), int(queue.workload[i]), float(queue.remaining[i]), gpus)
         placements.append(Placement(int(queue.job[i]), tuple(sorted(int(g) for g in gpus))))
-    # Single-GPU jobs: one assignment to shared GPUs (or to waiting, which saves nothing).
-    good &= (k_a == 1)[:, None] & ~taken[None, :]
-    use_r, use_c = good.any(axis=1), good.any(axis=0)
-    if not use_r.any():
-        return placements
-    gain = saving[np.ix_(use_r, use_c)]
-    cost = np.where(gain > 0, -gain, _FORBIDDEN)
-    m = cost.shape[0]
-    r_idx, c_idx = linear_sum_assignment(np.concatenate([cost, np.zeros((m, m))], axis=1))
-    row_of, col_of = np.flatnonzero(use_r), np.flatnonzero(use_c)
-    for r, c in zip(r_idx.tolist(), c_idx.tolist(), strict=True):
-        if c < col_of.shape[0] and cost[r, c] < _FORBIDDEN:
-            i = int(waits[row_of[r]])
-            placements.append(Placement(int(queue.job[i]), (int(single[col_of[c]]),)))
+    # Single-GPU jobs: one assignment to shared GPUs (or to waiting, which saves nothing: the zero columns).
+    cost, rows, cols = _kernels.assignment_costs(saving, k_a, taken, _FORBIDDEN)
+    return placements + _assign(queue, waiting, single, cost, rows, cols)
+
+
+def _assign(queue, waiting, single, cost, rows, cols) -> list[Placement]:
+    """Solve the assignment of waiting jobs ``waiting[rows]`` to GPUs ``single[cols]`` (``cost`` from
+    ``_kernels.assignment_costs``: one zero column per job for waiting)."""
+    if rows.shape[0] == 0:
+        return []
+    placements = []
+    n_cols = cols.shape[0]
+    for r, c in zip(*linear_sum_assignment(cost), strict=True):
+        if c < n_cols and cost[r, c] < _FORBIDDEN:
+            i = int(waiting[rows[r]])
+            placements.append(Placement(int(queue.job[i]), (int(single[cols[c]]),)))
     return placements
 
 
-def _start_on_free_gpus(queue, cluster, state, cand, head) -> tuple[list[Placement], list[int]]:
-    """Step 1: SJF order while jobs fit on free GPUs; the longest of them gets the fastest placement.
-
-    Returns the placements and the queue positions of the first ``head`` jobs that must wait.
-    """
-    waiting: list[int] = []
-    starting: list[int] = []
-    if state.n_free == 0:
-        return [], cand[smallest_first(queue.remaining[cand], head)[:head]].tolist()
-    n_free = state.n_free
-    for i in in_order(queue.remaining[cand], n_free + head, cand):
+def _sharewise_packed(queue, cluster, table, now, max_slowdown, head, quantile, slo_quantile):
+    """The whole call in one kernel where every placement is equally fast (``_kernels.sharewise_packed``):
+    the placements, or ``None`` where the general path must decide (GPUs of different speeds or a cross-node
+    slowdown, or a multi-GPU job that could join shared GPUs)."""
+    ok, q, _, extra, _ = _pair_constants(table, slo_quantile)
+    _, g, stretch, _, _ = _pair_constants(table, quantile)
+    occupancy = cluster.occupied if cluster.occupied is not None else cluster.occupancy()
+    stage, started, start_gpus, waiting, single, cost, rows, cols = _kernels.sharewise_packed(
+        occupancy, cluster.resident, cluster.node, cluster.job_workload, cluster.job_remaining, cluster.speed,
+        float(cluster.cross_node_slowdown), cluster.job_work, cluster.job_start, table.allowed, table.p50,
+        queue.job, queue.gpus, queue.workload, queue.remaining, head, float(now), ok, q, extra, g, stretch,
+        quantile == slo_quantile, float(max_slowdown), _FORBIDDEN,
+    )
+    if stage == _kernels.IN_PYTHON:
+        return None
+    placements = []
+    o = 0
+    for i in started.tolist():
         k = int(queue.gpus[i])
-        if k <= n_free:
-            starting.append(i)
-            n_free -= k
-        else:
-            waiting.append(i)
-            if len(waiting) >= head:
-                break
+        placements.append(Placement(int(queue.job[i]), tuple(start_gpus[o : o + k].tolist())))
+        o += k
+    return placements + _assign(queue, waiting, single, cost, rows, cols)
+
+
+def _start_on_free_gpus(queue, cluster, state, starting) -> list[Placement]:
+    """Step 1: place the jobs of the SJF walk that fit on free GPUs (``starting``, queue positions); the
+    longest of them gets the fastest placement."""
     placements = []
     penalty = cluster.cross_node_slowdown
     uniform = penalty == 1.0 and bool(np.all(cluster.speed == cluster.speed[0]))
-    for i in by_sensitivity(queue, starting):
+    for i in by_sensitivity(queue, starting.tolist()):
         k = int(queue.gpus[i])
         if uniform:  # every placement is equally fast: pack (best fit), as PAL's rule then does
             gpus = pick_free_gpus(state.free_mask(), cluster.node, k)
@@ -182,7 +202,7 @@ def _start_on_free_gpus(queue, cluster, state, cand, head) -> tuple[list[Placeme
             gpus = fastest_block(state.free_mask(), cluster.speed, cluster.node, k, penalty)
         state.place(int(queue.job[i]), int(queue.workload[i]), float(queue.remaining[i]), gpus)
         placements.append(Placement(int(queue.job[i]), tuple(sorted(int(g) for g in gpus))))
-    return placements, waiting
+    return placements
 
 
 @functools.lru_cache(maxsize=16)
@@ -199,25 +219,23 @@ def _pair_constants(table: SlowdownTable, quantile: str) -> tuple[np.ndarray, ..
 
 
 def _sharing_savings(
-    queue, cluster, table, state, waits, single, now, max_slowdown, quantile, slo_quantile
-) -> tuple[np.ndarray, np.ndarray]:
-    """Return ``(saving, n_good)``: ``saving[i, j]`` is the time waiting job ``waits[i]`` saves by joining the
-    lone resident of GPU ``single[j]``, at ``quantile`` slowdowns; -inf where the pair may not share or where
-    the SLO would not hold at ``slo_quantile`` slowdowns (module docstring). ``n_good[i]`` counts the GPUs
-    where job ``i`` saves time (``saving > 0``).
+    queue, cluster, table, state, waits, k_a, now, max_slowdown, quantile, slo_quantile
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Return ``(single, saving, n_good)``: the GPUs holding one job; ``saving[i, j]`` the time waiting job
+    ``waits[i]`` saves by joining the lone resident of GPU ``single[j]``, at ``quantile`` slowdowns, -inf
+    where the pair may not share or where the SLO would not hold at ``slo_quantile`` slowdowns (module
+    docstring); ``n_good[i]`` the number of GPUs where job ``i`` saves time (``saving > 0``).
 
-    Closed forms over per-pair constants (``_pair_constants``), evaluated cell by cell in a compiled kernel
-    (``_kernels.sharing_savings``), which skips a GPU whose resident has no SLO budget left.
+    The joiner's alternative is to wait for this resident, or for its turn in the waiting line, whichever
+    is sooner: waiting jobs take the predicted GPU releases (``release_times``) in SJF order, as many GPUs
+    as each asks for. Closed forms over per-pair constants (``_pair_constants``), evaluated cell by cell in
+    a compiled kernel (``_kernels.sharing_gains``), which skips a GPU whose resident has no SLO budget left.
     """
     ok, q, _, extra, _ = _pair_constants(table, slo_quantile)
     _, g, stretch, _, _ = _pair_constants(table, quantile)
-    # The joiner's alternative: wait for this resident, or for its turn in the waiting line, whichever is
-    # sooner (waiting jobs take the predicted GPU releases in SJF order, as many GPUs as each asks for).
-    k_a = queue.gpus[waits]
-    release = release_times(cluster, table, m=int(k_a.sum()) + 1)
-    rank = np.minimum(np.cumsum(k_a) - 1, release.shape[0] - 1)
-    return _kernels.sharing_savings(
-        queue.workload[waits], queue.remaining[waits], release[rank], single, state.partner, state.partner_wl,
-        state.remaining, cluster.speed, cluster.job_work, cluster.job_start, float(now), len(table),
-        ok, q, extra, g, stretch, quantile == slo_quantile, float(max_slowdown),
+    return _kernels.sharing_gains(
+        queue.workload[waits], queue.remaining[waits], k_a, state.partner, state.partner_wl, state.remaining,
+        cluster.resident, cluster.job_remaining, cluster.job_workload, cluster.speed, cluster.job_work,
+        cluster.job_start, table.allowed, table.p50, float(now), len(table), ok, q, extra, g, stretch,
+        quantile == slo_quantile, float(max_slowdown),
     )

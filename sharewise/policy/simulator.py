@@ -224,8 +224,10 @@ class _Replay:
             )
         }
         self.learned: list[tuple[int, int]] = []
+        self.observed: set[tuple[int, int]] = set()  # pairs the view holds measured (both orders)
         self.heap: list[tuple[float, int, int]] = []
         self.queue = np.empty(0, dtype=np.int64)
+        self._view: tuple[np.ndarray, Queue] | None = None
         self.next_arrival = 0
         self.wake = math.inf  # when the policy asked to be called again
         self.last = 0.0
@@ -254,6 +256,8 @@ class _Replay:
                     self._set_rate(j, now)
             if self.learned:
                 self.view = _learn(self.view, self.truth, self.learned)
+                self.observed.update(self.learned)
+                self.observed.update((b, a) for a, b in self.learned)
                 self.learned.clear()
             if not placed:
                 self._check_progress()
@@ -364,8 +368,12 @@ class _Replay:
         return True
 
     def _queue_view(self, queue: np.ndarray) -> Queue:
+        """The policy's view of the queued jobs ``queue``. Reused while the queue is the same array: queued
+        jobs' fields change only when they run, and starting, preempting or an arrival makes a new array."""
+        if self._view is not None and self._view[0] is queue:
+            return self._view[1]
         ro = self.ro
-        return Queue(
+        view = Queue(
             job=readonly(queue),
             arrival=ro["arrival"][queue],
             gpus=ro["gpus"][queue],
@@ -373,6 +381,8 @@ class _Replay:
             workload=ro["wl"][queue],
             attained=ro["attained"][queue],
         )
+        self._view = (queue, view)
+        return view
 
     def _preempt(self, j: int, now: float, affected: set[int]) -> int:
         """Stop running job ``j`` now: it keeps its progress and returns to the queue."""
@@ -408,7 +418,9 @@ class _Replay:
             else:
                 affected.add(int(resident[g, 0]))
                 if self.observe:
-                    self.learned.append((self.wl_list[j], self.wl_list[int(resident[g, 0])]))
+                    pair = (self.wl_list[j], self.wl_list[int(resident[g, 0])])
+                    if pair not in self.observed:
+                        self.learned.append(pair)
             resident[g, slot] = j
             occupancy[g] = slot + 1
             self.free_slots -= 1
