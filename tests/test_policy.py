@@ -256,7 +256,7 @@ def _ours_case(p50, p90, e_a=100.0, e_b=10_000.0, slo=2.0, start_b=0.0, work_b=1
         [[0, -1]], 20, remaining=remaining, workload=workload, start=start, work=work, slo=slo
     )
     queue = make_queue([(10, e_a, 1, 0)])
-    return sharewise(queue, cluster, table(p50, p90), 0.0)
+    return sharewise(queue, cluster, table(p50, p90), 0.0, preempt=False)  # the sharing step alone
 
 
 def test_sharewise_shares_within_the_slo_at_p90():
@@ -274,6 +274,65 @@ def test_sharewise_waits_rather_than_stretching_a_long_job():
     # ends in 10 s): waiting is cheaper.
     p50 = np.array([[2.0, 1.9], [1.9, 2.0]])
     assert _ours_case(p50, p50, e_a=50_000.0, e_b=10.0, work_b=10.0) == []
+
+
+def _preemption_case(victim_start=0.0, waiter=100.0, delay=0.0, now=1_000.0):
+    """GPU 0 runs job 0 alone (10,000 s of work, 9,000 s left, started at ``victim_start``); job 10 (never
+    started) waits for 1 GPU; sharing is forbidden, so only a preemption can start it now."""
+    n = 20
+    remaining, work, start = np.zeros(n), np.ones(n), np.full(n, np.nan)
+    remaining[0], work[0], start[0] = 9_000.0, 10_000.0, victim_start
+    cluster = dataclasses.replace(
+        make_cluster([[0, -1]], n, remaining=remaining, work=work, start=start), preempt_delay_s=delay
+    )
+    queue = make_queue([(10, waiter, 1, 0)])
+    return as_decision(sharewise(queue, cluster, table(np.full((1, 1), 1.5), allowed=np.zeros((1, 1), bool)), now))
+
+
+def test_sharewise_preempts_a_long_job_for_a_short_one_while_the_slo_holds():
+    # Job 0's slack at t = 1,000: 2 x 10,000 - 9,000 - (1,000 - 0) = 10,000 s; its urgency limit is
+    # 0.5 x (2 - 1) x 10,000 = 5,000 s; waiting job 10's 100 s costs it 100 / 0.5 = 200 s of that, and
+    # 9,000 s > 4 x 100 s: job 0 is paused for job 10.
+    d = _preemption_case()
+    assert d.preempt == (0,) and d.start == [Placement(10, (0,))]
+    # Not for a job that is not much shorter: 9,000 s <= 4 x 3,000 s.
+    assert _preemption_case(waiter=3_000.0).preempt == ()
+    # Not when job 0 has spent its slack: it must keep slack - 200 > 5,000, and its slack is
+    # 20,000 - 9,000 - (1,000 - first start), so the first start must be after -4,800.
+    assert _preemption_case(victim_start=-4_900.0).preempt == ()
+    assert _preemption_case(victim_start=-4_700.0).preempt == (0,)
+    # A restart cost counts on both sides: 9,000 > 4 x 100 + 1,000, slack 9,000 - 1,100 / 0.5 > 5,000.
+    assert _preemption_case(delay=1_000.0).preempt == (0,)
+    assert _preemption_case(delay=6_000.0).preempt == ()  # 9,000 <= 4 x 100 + 6,000
+    # Off, the policy never stops a job.
+    queue = make_queue([(10, 100.0, 1, 0)])
+    cluster = make_cluster([[0, -1]], 20, remaining=np.full(20, 9_000.0), work=np.full(20, 10_000.0))
+    tab = table(np.full((1, 1), 1.5), allowed=np.zeros((1, 1), bool))
+    assert sharewise(queue, cluster, tab, 1_000.0, preempt=False) == []
+
+
+def test_sharewise_restarts_a_preempted_job_before_its_slack_runs_out():
+    # GPU 1 is free; job 0 (preempted: first start at s0, 10,000 s of work, 5,000 s left) and job 11 (50 s,
+    # never started) wait; GPU 0 runs job 1 (150 s left: too short to preempt for either).
+    def case(s0):
+        n = 20
+        remaining, work, start = np.zeros(n), np.ones(n), np.full(n, np.nan)
+        remaining[1], work[1], start[1] = 150.0, 600.0, -100.0
+        work[0], start[0] = 10_000.0, s0
+        cluster = make_cluster([[1, -1], [-1, -1]], n, remaining=remaining, work=work, start=start)
+        queue = make_queue([(0, 5_000.0, 1, 0), (11, 50.0, 1, 0)])
+        tab = table(np.full((1, 1), 1.5), allowed=np.zeros((1, 1), bool))
+        return as_decision(sharewise(queue, cluster, tab, 0.0))
+
+    # s0 = -12,000: slack 20,000 - 5,000 - 12,000 = 3,000 s <= its limit 0.5 x 10,000 (+1 s): urgent, so
+    # job 0 takes the free GPU ahead of the shorter job 11.
+    d = case(-12_000.0)
+    assert d.start == [Placement(0, (1,))] and d.preempt == ()
+    # s0 = -1,000: slack 14,000 s, not urgent: shortest first, and a wake-up when job 0 becomes urgent,
+    # 14,000 - 5,001 = 8,999 s from now.
+    d = case(-1_000.0)
+    assert d.start == [Placement(11, (1,))] and d.preempt == ()
+    assert d.wake_at == pytest.approx(8_999.0)
 
 
 # ---- PAL and PM-First --------------------------------------------------------------------------------

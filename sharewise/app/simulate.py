@@ -341,7 +341,7 @@ def verdict(sim: dict, ours: str = "sharewise") -> list[str]:
 
     Ours wins a run when its average JCT is the lowest (within 1%) and it has no more SLO violations than any
     other sharing policy. The reasons are read off the numbers: a policy that beats ours by violating the
-    SLO more often, sharing that does not pay on this load (an exclusive policy leads), or preemption.
+    SLO more often, sharing that does not pay on this load (an exclusive policy leads), or freer preemption.
 
     Example: ``["sharewise: average JCT 1.38 h, 0.76x exclusive-sjf; sjf-bsbf is 14% lower, with 10 SLO
     violations to our 0: ..."]``
@@ -374,7 +374,10 @@ def verdict(sim: dict, ours: str = "sharewise") -> list[str]:
                 "pessimistic (p90) prediction"
             )
         elif best_name not in SHARING_POLICIES and best.get("preemptions", 0):
-            why += f": it preempts running jobs ({best['preemptions']} preemptions), which ours does not"
+            why += (
+                f": it preempts running jobs more freely ({best['preemptions']} preemptions to our "
+                f"{mine.get('preemptions', 0)}; ours pauses a job only where its SLO still holds)"
+            )
         elif best_name not in SHARING_POLICIES:
             why += ": on this load sharing does not pay for itself as predicted"
         else:

@@ -517,3 +517,229 @@ def sharewise_packed(
             return IN_PYTHON, empty, empty, empty, empty, no_cost, empty, empty
     cost, rows, cols = assignment_costs(saving, k_a, np.zeros(single.shape[0], dtype=np.bool_), forbidden)
     return ASSIGN, started, start_gpus, waiting, single, cost, rows, cols
+
+
+@njit(cache=True, nogil=True)
+def lone_jobs(occupancy, resident, speed, job_ngpus, excluded):  # pragma: no cover - compiled; see _preemption
+    """The running jobs that hold every one of their GPUs alone (``occupancy`` 1, slot 1 empty) and are not in
+    ``excluded``: ``(jobs, slowest speed, first, gpus)``, where ``gpus[first[i]:first[i + 1]]`` are job
+    ``jobs[i]``'s GPUs, ascending; jobs in the order of their first GPU. A job sits on exactly
+    ``job_ngpus`` GPUs, so it holds all of them alone when that many of the lone GPUs are its own."""
+    n_gpus = resident.shape[0]
+    jobs = np.empty(n_gpus, dtype=np.int64)
+    slowest = np.empty(n_gpus, dtype=np.float64)
+    first = np.zeros(n_gpus + 1, dtype=np.int64)
+    gpus = np.empty(n_gpus, dtype=np.int64)
+    multi = np.empty(n_gpus, dtype=np.int64)  # lone GPUs of multi-GPU jobs, grouped below
+    n, used, n_multi = 0, 0, 0
+    for g in range(n_gpus):
+        j = resident[g, 0]
+        if j < 0 or resident[g, 1] >= 0 or occupancy[g] != 1:
+            continue
+        if job_ngpus[j] > 1:
+            multi[n_multi] = g
+            n_multi += 1
+            continue
+        out = False
+        for e in range(excluded.shape[0]):
+            out = out or excluded[e] == j
+        if out:
+            continue
+        jobs[n] = j
+        slowest[n] = speed[g]
+        gpus[used] = g
+        used += 1
+        n += 1
+        first[n] = used
+    done = np.zeros(n_multi, dtype=np.bool_)
+    for a in range(n_multi):
+        if done[a]:
+            continue
+        j = resident[multi[a], 0]
+        count = 0
+        for b in range(a, n_multi):  # a job's GPUs are mostly neighbours: the scan ends soon after them
+            if resident[multi[b], 0] == j:
+                count += 1
+                done[b] = True
+                if count == job_ngpus[j]:
+                    break
+        out = count != job_ngpus[j]
+        for e in range(excluded.shape[0]):
+            out = out or excluded[e] == j
+        if out:
+            continue
+        jobs[n] = j
+        s = np.inf
+        for b in range(a, n_multi):
+            if resident[multi[b], 0] == j:
+                gpus[used] = multi[b]
+                used += 1
+                s = min(s, speed[multi[b]])
+                if used - first[n] == count:
+                    break
+        slowest[n] = s
+        n += 1
+        first[n] = used
+    return jobs[:n], slowest[:n], first[: n + 1], gpus[:used]
+
+
+@njit(cache=True, nogil=True)
+def srpt_preemptions(
+    occupancy, resident, node, speed, job_remaining, job_work, job_start, job_ngpus, excluded,
+    q_gpus, q_remaining, q_done, params, head, max_stops,
+):  # pragma: no cover - compiled; tested through sharewise on hand-checked cases
+    """Step 3 of ``_preemption`` (SLO-guarded SRPT) in one pass: ``(starts, gpus, stops)`` where queue
+    position ``starts[i]`` takes ``gpus[i, :q_gpus[starts[i]]]`` and ``stops`` are the jobs preempted.
+    ``params`` holds ``now, slo, delay, ratio, slack_share, urgency``."""
+    now, slo, delay, ratio, share, urgency = params[0], params[1], params[2], params[3], params[4], params[5]
+    starts = np.empty(0, dtype=np.int64)
+    stops = np.empty(0, dtype=np.int64)
+    max_k = 1
+    shortest = np.inf
+    for i in range(q_gpus.shape[0]):
+        max_k = max(max_k, q_gpus[i])
+        if not q_done[i]:
+            shortest = min(shortest, q_remaining[i])
+    out_gpus = np.full((0, max_k), -1, dtype=np.int64)
+    # A quick bound first (most calls end here): is any lone GPU's job long enough, with slack enough, to
+    # make way for the shortest waiting job? Bounds over every GPU speed, so no job is grouped yet.
+    slowest_gpu, fastest_gpu = np.inf, 0.0
+    for g in range(resident.shape[0]):
+        slowest_gpu = min(slowest_gpu, speed[g])
+        fastest_gpu = max(fastest_gpu, speed[g])
+    least_cost = (shortest + delay) / share / fastest_gpu
+    any_victim = False
+    for g in range(resident.shape[0]):
+        j = resident[g, 0]
+        if j < 0 or resident[g, 1] >= 0 or occupancy[g] != 1:
+            continue
+        if job_remaining[j] / slowest_gpu <= ratio * shortest + delay:
+            continue
+        spare = slo * job_work[j] - job_remaining[j] - delay - urgency * (slo - 1.0) * job_work[j]
+        spare = max(spare / slowest_gpu, spare / fastest_gpu) - (now - job_start[j])
+        if spare > least_cost:
+            any_victim = True
+            break
+    if not any_victim:
+        return starts, out_gpus, stops
+    jobs, slowest, first, lone_gpus = lone_jobs(occupancy, resident, speed, job_ngpus, excluded)
+    n_v = jobs.shape[0]
+    if n_v == 0:
+        return starts, out_gpus, stops
+    rem = np.empty(n_v, dtype=np.float64)
+    spare = np.empty(n_v, dtype=np.float64)  # slack beyond the urgency limit, in seconds on the job's GPUs
+    for v in range(n_v):
+        j = jobs[v]
+        rem[v] = job_remaining[j] / slowest[v]
+        slack = (slo * job_work[j] - job_remaining[j] - delay) / slowest[v] - (now - job_start[j])
+        spare[v] = slack - urgency * (slo - 1.0) * job_work[j] / slowest[v]
+    keys = np.empty(q_gpus.shape[0], dtype=np.float64)
+    for i in range(q_gpus.shape[0]):
+        keys[i] = np.inf if q_done[i] else q_remaining[i]
+    waiting = smallest(keys, head)
+    occ = occupancy.copy()
+    n_free = 0
+    for g in range(occ.shape[0]):
+        if occ[g] == 0:
+            n_free += 1
+    taken = np.zeros(n_v, dtype=np.bool_)
+    start_list = np.empty(waiting.shape[0], dtype=np.int64)
+    gpu_rows = np.full((waiting.shape[0], max_k), -1, dtype=np.int64)
+    stop_list = np.empty(max_stops + max_k, dtype=np.int64)
+    chosen = np.empty(n_v, dtype=np.int64)
+    picked_now = np.zeros(n_v, dtype=np.bool_)
+    n_start, n_stop = 0, 0
+    failed_k = max_k + 1  # victims only get fewer for longer jobs: a size that failed fails again
+    for w in range(waiting.shape[0]):
+        i = waiting[w]
+        if q_done[i] or n_stop >= max_stops:
+            break
+        r = q_remaining[i]
+        longest = 0.0
+        for v in range(n_v):
+            if not taken[v]:
+                longest = max(longest, rem[v])
+        if longest <= ratio * r + delay:
+            break  # the waiting jobs only get longer from here
+        k = q_gpus[i]
+        need = k - n_free
+        if k >= failed_k or need <= 0:
+            continue  # need <= 0: free GPUs are enough, step 2 left the job waiting for a reason of its own
+        cost = (r + delay) / share
+        n_c, got = 0, 0
+        while got < need:  # the longest eligible victim next (first of equals: the order of a stable sort)
+            best = -1
+            for v in range(n_v):
+                if taken[v] or picked_now[v] or rem[v] <= ratio * r + delay or spare[v] <= cost / slowest[v]:
+                    continue
+                if best < 0 or rem[v] > rem[best]:
+                    best = v
+            if best < 0:
+                break
+            picked_now[best] = True
+            chosen[n_c] = best
+            n_c += 1
+            got += first[best + 1] - first[best]
+        for c in range(n_c):
+            picked_now[chosen[c]] = False
+        if got < need:
+            failed_k = min(failed_k, k)
+            continue
+        trial = occ.copy()
+        for c in range(n_c):
+            v = chosen[c]
+            for p in range(first[v], first[v + 1]):
+                trial[lone_gpus[p]] = 0
+        picked = pick_free_gpus(trial, node, k)
+        if picked.shape[0] < k:
+            continue
+        in_pick = np.zeros(occ.shape[0], dtype=np.bool_)
+        for p in range(k):
+            in_pick[picked[p]] = True
+        for c in range(n_c):
+            v = chosen[c]
+            uses = False
+            for p in range(first[v], first[v + 1]):
+                uses = uses or in_pick[lone_gpus[p]]
+            if uses:
+                taken[v] = True
+                stop_list[n_stop] = jobs[v]
+                n_stop += 1
+                for p in range(first[v], first[v + 1]):
+                    occ[lone_gpus[p]] = 0
+                    n_free += 1
+        for p in range(k):
+            occ[picked[p]] = 1
+            gpu_rows[n_start, p] = picked[p]
+        n_free -= k
+        start_list[n_start] = i
+        n_start += 1
+    return start_list[:n_start], gpu_rows[:n_start], stop_list[:n_stop]
+
+
+@njit(cache=True, nogil=True)
+def urgent_restarts(q_job, q_remaining, job_start, job_work, now, slo, delay, urgency, tolerance):
+    """Step 1's selection in ``_preemption``: the queue positions of preempted jobs whose slack is down to
+    their urgency limit, least slack first, and the time the next other one gets there (inf if none)."""
+    n = q_job.shape[0]
+    slack = np.empty(n, dtype=np.float64)
+    picked = np.empty(n, dtype=np.int64)
+    m = 0
+    wake = np.inf
+    for i in range(n):
+        j = q_job[i]
+        if not np.isfinite(job_start[j]):
+            continue
+        s = slo * job_work[j] - q_remaining[i] - delay - (now - job_start[j])
+        limit = urgency * (slo - 1.0) * job_work[j] + tolerance
+        if s <= limit:
+            slack[m] = s
+            picked[m] = i
+            m += 1
+        else:
+            wake = min(wake, now + s - limit)
+    order = stable_order(slack[:m])
+    out = np.empty(m, dtype=np.int64)
+    for i in range(m):
+        out[i] = picked[order[i]]
+    return out, wake

@@ -87,8 +87,10 @@ class ClusterState:
     (queued jobs are described by the ``Queue``); with ``now`` they give a job's slowdown so far. A job
     spanning more than one node runs ``cross_node_slowdown`` times slower: locality-aware policies may weigh
     it. ``slo`` is the operator's bound on a job's realized slowdown (run time over exclusive run time);
-    SLO-aware policies respect it. ``job_attained`` (GPU-seconds of service so far) and ``job_arrival``
-    are indexed by job for every job, for policies that rank by attained service (Tiresias). ``occupied``,
+    SLO-aware policies respect it; ``preempt_delay_s`` is what restarting a preempted job costs it in
+    exclusive run time (``Cluster.preempt_delay_s``). ``job_attained`` (GPU-seconds of service so far) and
+    ``job_arrival`` are indexed by job for every job, for policies that rank by attained service (Tiresias).
+    ``occupied``,
     if given, is the number of jobs on each GPU as the owner of ``resident`` keeps it (the simulator does);
     ``occupancy()`` copies it instead of counting.
     """
@@ -103,6 +105,7 @@ class ClusterState:
     job_work: np.ndarray
     cross_node_slowdown: float = 1.0
     slo: float = 2.0
+    preempt_delay_s: float = 0.0
     job_attained: np.ndarray | None = None
     job_arrival: np.ndarray | None = None
     occupied: np.ndarray | None = None

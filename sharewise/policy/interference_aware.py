@@ -1,5 +1,5 @@
-"""``sharewise``: ours. Shortest job first on free GPUs placed by effective speed, then SLO-safe sharing
-where the gain holds at the pessimistic end of the predicted interval.
+"""``sharewise``: ours. Shortest job first on free GPUs placed by effective speed, SLO-safe sharing where
+the gain holds at the pessimistic end of the predicted interval, and SLO-guarded preemption of long jobs.
 
 1. **Free GPUs.** Queued jobs start in SJF order while they fit. Among the jobs starting now, the longest
    takes the fastest placement (PAL's effective speed: the slowest of its GPUs, divided by the cross-node
@@ -20,6 +20,11 @@ where the gain holds at the pessimistic end of the predicted interval.
 3. **Learning.** Once a pair has run together its measured slowdown replaces the prediction (the simulator's
    observation, on by default; a cluster measures its running jobs' throughput), so every later decision
    about that pair is certain: p10 = p50 = p90 = measured.
+4. **Preemption** (``preempt``, on by default; ``_preemption`` states the rules): a preempted job whose SLO
+   slack runs low restarts before anything else, and after steps 1-2 a job still waiting may preempt jobs
+   with several times its remaining run time that hold their GPUs alone, where the victims' SLO still
+   holds after the wait (shortest remaining first, as SRPT). Pausing a long job costs it little of its
+   SLO, where sharing costs both jobs a slowdown for the whole time they share.
 """
 
 from __future__ import annotations
@@ -30,8 +35,9 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 
 from sharewise.policy import _kernels
+from sharewise.policy._preemption import preempt_and_place
 from sharewise.policy._sharing import SharingState
-from sharewise.policy.base import ClusterState, Placement, Queue, pick_free_gpus
+from sharewise.policy.base import ClusterState, Decision, Placement, Queue, pick_free_gpus
 from sharewise.policy.pal import fastest_block
 from sharewise.policy.pm_first import by_sensitivity
 from sharewise.policy.table import SlowdownTable
@@ -79,8 +85,10 @@ def sharewise(
     head: int = 24,
     quantile: str = "p90",
     slo_quantile: str = "p90",
-) -> list[Placement]:
-    """Place jobs shortest first on free GPUs by effective speed, then let waiting jobs join where it pays.
+    preempt: bool = True,
+) -> Decision | list[Placement]:
+    """Place jobs shortest first on free GPUs by effective speed, then let waiting jobs join where it pays;
+    with ``preempt``, restart urgent preempted jobs first and preempt long jobs for short ones (step 4).
 
     Parameters
     ----------
@@ -92,19 +100,32 @@ def sharewise(
         Slowdown quantile the benefit of sharing is judged at (``p90``: the pessimistic end).
     slo_quantile
         Slowdown quantile the SLO is checked at.
+    preempt
+        Step 4: urgent restarts and SLO-guarded preemption of long jobs for short ones. Off, the policy never
+        stops a running job and returns plain placements.
 
     Returns
     -------
-    list of Placement, e.g. ``[Placement(job=4, gpus=(17,)), Placement(job=9, gpus=(3, 4))]``.
+    Decision (with ``preempt``) or list of Placement, e.g. ``Decision(start=[Placement(job=4, gpus=(17,))],
+    preempt=(2,), wake_at=7200.0)``.
     """
     if len(queue) == 0:
         return []
     if max_slowdown is None:
         max_slowdown = cluster.slo
-    placements = _sharewise_packed(queue, cluster, table, now, max_slowdown, head, quantile, slo_quantile)
-    if placements is not None:
-        return placements
-    return _sharewise_general(queue, cluster, table, now, max_slowdown, head, quantile, slo_quantile)
+
+    def place(q: Queue, c: ClusterState) -> list[Placement]:
+        placements = _sharewise_packed(q, c, table, now, max_slowdown, head, quantile, slo_quantile)
+        if placements is not None:
+            return placements
+        return _sharewise_general(q, c, table, now, max_slowdown, head, quantile, slo_quantile)
+
+    if not preempt:
+        return place(queue, cluster)
+    return preempt_and_place(queue, cluster, now, max_slowdown, place)
+
+
+sharewise.preemptive = True  # the simulator calls it whenever jobs wait (it may stop running jobs)
 
 
 def _sharewise_general(queue, cluster, table, now, max_slowdown, head, quantile, slo_quantile) -> list[Placement]:

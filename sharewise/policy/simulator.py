@@ -209,6 +209,7 @@ class _Replay:
             job_work=readonly(self.duration),
             cross_node_slowdown=self.cross,
             slo=self.slo,
+            preempt_delay_s=self.preempt_delay,
             job_attained=readonly(self.attained),
             job_arrival=readonly(self.arrival),
             occupied=readonly(self.occupancy),
