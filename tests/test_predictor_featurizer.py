@@ -188,3 +188,20 @@ def test_a_model_fitted_on_a_bare_frame_still_predicts_pairs(data, tmp_path):
     side = model.save(tmp_path / "bare.json")
     assert json.loads(side.read_text())["featurizer"] is None
     assert SlowdownRegressor.load(tmp_path / "bare.json").featurizer_ is None
+
+
+def test_column_order_of_the_profiles_does_not_change_the_model(data):
+    """The same profiles with their ``f_*`` columns in another order (features counted fresh come in the
+    counter's order, cached ones sorted) train the same model: same feature names, same predictions."""
+    profiles, pairs = data
+    feats = [c for c in profiles.columns if c.startswith("f_")]
+    others = [c for c in profiles.columns if c not in feats]
+    shuffled = profiles[others + feats[::-1]]
+    assert list(shuffled.columns) != list(profiles.columns)
+    model, again = train_model(profiles, pairs, **FAST), train_model(shuffled, pairs, **FAST)
+    assert list(again.feature_names_in_) == list(model.feature_names_in_)
+    query = pairs[["workload_a", "workload_b", "device_name"]]
+    np.testing.assert_array_equal(
+        predict_pairs(again, shuffled, query).filter(like="p").to_numpy(),
+        predict_pairs(model, profiles, query).filter(like="p").to_numpy(),
+    )

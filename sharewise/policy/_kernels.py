@@ -349,11 +349,59 @@ def sharing_gains(
     for i in range(k_a.shape[0]):
         turn += k_a[i]
         release_a[i] = release[min(turn, release.shape[0] - 1)]
-    saving, n_good = sharing_savings(
-        wl_a, rem_a, release_a, single, partner, partner_wl, remaining, speed, job_work, job_start, now, n,
-        ok, q, extra, g, stretch, same_quantile, max_slowdown,
-    )
+    live = rows_that_may_save(wl_a, rem_a, release_a, single, speed, n, ok, stretch)
+    if live.shape[0] == k_a.shape[0]:
+        saving, n_good = sharing_savings(
+            wl_a, rem_a, release_a, single, partner, partner_wl, remaining, speed, job_work, job_start, now, n,
+            ok, q, extra, g, stretch, same_quantile, max_slowdown,
+        )
+        return single, saving, n_good
+    saving = np.full((k_a.shape[0], single.shape[0]), -np.inf)
+    n_good = np.zeros(k_a.shape[0], dtype=np.int64)
+    if live.shape[0]:
+        part, part_good = sharing_savings(
+            wl_a[live], rem_a[live], release_a[live], single, partner, partner_wl, remaining, speed, job_work,
+            job_start, now, n, ok, q, extra, g, stretch, same_quantile, max_slowdown,
+        )
+        for r in range(live.shape[0]):
+            saving[live[r]] = part[r]
+            n_good[live[r]] = part_good[r]
     return single, saving, n_good
+
+
+@njit(cache=True, nogil=True)
+def rows_that_may_save(wl_a, rem_a, release_a, single, speed, n, ok, stretch):  # pragma: no cover - compiled
+    """The waiting jobs (rows of ``sharing_savings``) that may save time on some GPU, ascending; every other
+    row's savings are all <= 0 (or forbidden), so leaving them forbidden changes no placement.
+
+    A cell saves ``min(eb, release) - stretch``. If the joiner ends first the stretch is ``ea * stretch[ab]``,
+    with ``ea >= rem_a / (fastest speed)``; so where ``stretch[ab] >= 0`` for every partner it may share with
+    and ``rem_a / fastest * min stretch[ab] >= release`` no such cell saves. If the resident ends first it is
+    ``eb * stretch[ba]``, which is at least ``eb`` where ``stretch[ba] >= 1`` for every such partner. Rounding
+    is monotone, so the float products keep both inequalities.
+    """
+    m = wl_a.shape[0]
+    if single.shape[0] == 0:
+        return np.arange(m)
+    fastest = 0.0
+    for j in range(single.shape[0]):
+        fastest = max(fastest, speed[single[j]])
+    first = np.full(n, np.inf)  # per joiner workload: least stretch when it ends first
+    second = np.full(n, np.inf)  # ... and when its partner ends first
+    for a in range(n):
+        for b in range(n):
+            if ok[a * n + b]:
+                first[a] = min(first[a], stretch[a * n + b])
+                second[a] = min(second[a], stretch[b * n + a])
+    live = np.empty(m, dtype=np.int64)
+    n_live = 0
+    for i in range(m):
+        a = wl_a[i]
+        hopeless = second[a] >= 1.0 and first[a] >= 0.0 and (rem_a[i] / fastest) * first[a] >= release_a[i]
+        if not hopeless:
+            live[n_live] = i
+            n_live += 1
+    return live[:n_live]
 
 
 @njit(cache=True, nogil=True)
@@ -523,8 +571,9 @@ def sharewise_packed(
 def lone_jobs(occupancy, resident, speed, job_ngpus, excluded):  # pragma: no cover - compiled; see _preemption
     """The running jobs that hold every one of their GPUs alone (``occupancy`` 1, slot 1 empty) and are not in
     ``excluded``: ``(jobs, slowest speed, first, gpus)``, where ``gpus[first[i]:first[i + 1]]`` are job
-    ``jobs[i]``'s GPUs, ascending; jobs in the order of their first GPU. A job sits on exactly
-    ``job_ngpus`` GPUs, so it holds all of them alone when that many of the lone GPUs are its own."""
+    ``jobs[i]``'s GPUs, ascending; single-GPU jobs first, then multi-GPU ones, each in the order of their
+    first GPU. A job sits on exactly ``job_ngpus`` GPUs, so it holds all of them alone when that many of the
+    lone GPUs are its own."""
     n_gpus = resident.shape[0]
     jobs = np.empty(n_gpus, dtype=np.int64)
     slowest = np.empty(n_gpus, dtype=np.float64)
@@ -551,35 +600,51 @@ def lone_jobs(occupancy, resident, speed, job_ngpus, excluded):  # pragma: no co
         used += 1
         n += 1
         first[n] = used
-    done = np.zeros(n_multi, dtype=np.bool_)
+    # Multi-GPU jobs: count each job's lone GPUs in a small open-addressing table (slots in the order of the
+    # jobs' first GPU), keep the jobs found on all of their GPUs, then write their GPUs out, ascending.
+    size = 2
+    while size < 2 * n_multi:
+        size *= 2
+    key = np.full(size, -1, dtype=np.int64)
+    count = np.zeros(size, dtype=np.int64)
+    at = np.full(size, -1, dtype=np.int64)  # a complete job's row in the output
+    seen = np.empty(n_multi, dtype=np.int64)  # the slots, in the order of their job's first GPU
+    n_seen = 0
+    slot_of = np.empty(n_multi, dtype=np.int64)
     for a in range(n_multi):
-        if done[a]:
-            continue
         j = resident[multi[a], 0]
-        count = 0
-        for b in range(a, n_multi):  # a job's GPUs are mostly neighbours: the scan ends soon after them
-            if resident[multi[b], 0] == j:
-                count += 1
-                done[b] = True
-                if count == job_ngpus[j]:
-                    break
-        out = count != job_ngpus[j]
+        h = (j * 40503) & (size - 1)
+        while key[h] != j and key[h] >= 0:
+            h = (h + 1) & (size - 1)
+        if key[h] < 0:
+            key[h] = j
+            seen[n_seen] = h
+            n_seen += 1
+        count[h] += 1
+        slot_of[a] = h
+    fill = np.empty(size, dtype=np.int64)  # the next output position of each complete job's GPUs
+    for c in range(n_seen):
+        h = seen[c]
+        j = key[h]
+        out = count[h] != job_ngpus[j]
         for e in range(excluded.shape[0]):
             out = out or excluded[e] == j
         if out:
             continue
+        at[h] = n
         jobs[n] = j
-        s = np.inf
-        for b in range(a, n_multi):
-            if resident[multi[b], 0] == j:
-                gpus[used] = multi[b]
-                used += 1
-                s = min(s, speed[multi[b]])
-                if used - first[n] == count:
-                    break
-        slowest[n] = s
+        slowest[n] = np.inf
+        fill[h] = used
+        used += count[h]
         n += 1
         first[n] = used
+    for a in range(n_multi):
+        h = slot_of[a]
+        if at[h] < 0:
+            continue
+        gpus[fill[h]] = multi[a]
+        fill[h] += 1
+        slowest[at[h]] = min(slowest[at[h]], speed[multi[a]])
     return jobs[:n], slowest[:n], first[: n + 1], gpus[:used]
 
 
@@ -648,6 +713,10 @@ def srpt_preemptions(
     stop_list = np.empty(max_stops + max_k, dtype=np.int64)
     chosen = np.empty(n_v, dtype=np.int64)
     picked_now = np.zeros(n_v, dtype=np.bool_)
+    # The victims still eligible, ascending. Waiting jobs come shortest first, and a victim eligible for a
+    # job is eligible for every shorter one (both bounds grow with ``r``), so one that drops out stays out.
+    cand = np.arange(n_v)
+    n_cand = n_v
     n_start, n_stop = 0, 0
     failed_k = max_k + 1  # victims only get fewer for longer jobs: a size that failed fails again
     for w in range(waiting.shape[0]):
@@ -655,36 +724,40 @@ def srpt_preemptions(
         if q_done[i] or n_stop >= max_stops:
             break
         r = q_remaining[i]
-        longest = 0.0
-        for v in range(n_v):
-            if not taken[v]:
-                longest = max(longest, rem[v])
-        if longest <= ratio * r + delay:
-            break  # the waiting jobs only get longer from here
+        cost = (r + delay) / share
+        kept, eligible_gpus = 0, 0
+        for c in range(n_cand):
+            v = cand[c]
+            if taken[v] or rem[v] <= ratio * r + delay or spare[v] <= cost / slowest[v]:
+                continue
+            cand[kept] = v
+            kept += 1
+            eligible_gpus += first[v + 1] - first[v]
+        n_cand = kept
+        if n_cand == 0:
+            break  # no victim for this job, so none for the longer ones after it
         k = q_gpus[i]
         need = k - n_free
         if k >= failed_k or need <= 0:
             continue  # need <= 0: free GPUs are enough, step 2 left the job waiting for a reason of its own
-        cost = (r + delay) / share
+        if eligible_gpus < need:
+            failed_k = min(failed_k, k)
+            continue
         n_c, got = 0, 0
         while got < need:  # the longest eligible victim next (first of equals: the order of a stable sort)
             best = -1
-            for v in range(n_v):
-                if taken[v] or picked_now[v] or rem[v] <= ratio * r + delay or spare[v] <= cost / slowest[v]:
+            for c in range(n_cand):
+                v = cand[c]
+                if picked_now[v]:
                     continue
                 if best < 0 or rem[v] > rem[best]:
                     best = v
-            if best < 0:
-                break
             picked_now[best] = True
             chosen[n_c] = best
             n_c += 1
             got += first[best + 1] - first[best]
         for c in range(n_c):
             picked_now[chosen[c]] = False
-        if got < need:
-            failed_k = min(failed_k, k)
-            continue
         trial = occ.copy()
         for c in range(n_c):
             v = chosen[c]

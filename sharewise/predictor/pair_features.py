@@ -56,9 +56,14 @@ class PairRows:
 def base_columns(profiles: pd.DataFrame) -> list[str]:
     """Return the profile columns the pair features are built from: the core columns and every ``f_*``.
 
-    Example: ``["iter_time_ms", "f_flops_per_step", "f_batch_size", "f_busy_frac"]``.
+    Example: ``["iter_time_ms", "f_batch_size", "f_busy_frac", "f_flops_per_step"]``.
+
+    The ``f_*`` columns come in sorted order, whatever their order in ``profiles``: a tree model's fit
+    depends on its column order (ties between equally good splits go to the first column), and the order
+    of a table is an accident of how it was written (features freshly counted come in the counter's
+    order, cached ones sorted), so the same data would otherwise train a different model.
     """
-    feats = [c for c in profiles.columns if isinstance(c, str) and c.startswith("f_")]
+    feats = sorted(c for c in profiles.columns if isinstance(c, str) and c.startswith("f_"))
     cols = [c for c in CORE_COLUMNS if c in profiles.columns]
     if "f_batch_size" not in feats and _BATCH_FALLBACK in profiles.columns:
         cols.append(_BATCH_FALLBACK)
