@@ -243,15 +243,15 @@ def test_shared_completion_hand_computed():
     assert (c_a[0], c_b[0]) == pytest.approx((3.0, 5.0))
 
 
-def _ours_case(p50, p90, e_a=100.0, e_b=10_000.0, slo=2.0, start_b=0.0, work_b=10_000.0):
+def _ours_case(p50, p90, e_a=100.0, e_b=10_000.0, slo=2.0, start_b=0.0, work_b=10_000.0, start_a=np.nan):
     remaining = np.zeros(20)
     remaining[0] = e_b
     workload = np.zeros(20, np.int64)
     workload[0] = 1
-    start = np.zeros(20)
-    start[0] = start_b
+    start = np.full(20, np.nan)  # queued jobs never ran (the simulator's NaN)
+    start[0], start[10] = start_b, start_a
     work = np.ones(20)
-    work[0] = work_b
+    work[0], work[10] = work_b, e_a
     cluster = make_cluster(
         [[0, -1]], 20, remaining=remaining, workload=workload, start=start, work=work, slo=slo
     )
@@ -267,6 +267,50 @@ def test_sharewise_shares_within_the_slo_at_p90():
     # The resident has (almost) used its budget: it ran 19,999.5 s for 10,000 s of work and has 1 s left.
     assert _ours_case(p50, p50 * 1.2, start_b=-19_999.5, e_b=1.0) == []
     assert _ours_case(p50, p50 * 1.2, start_b=-19_000.0, e_b=1.0) == [Placement(10, (0,))]
+
+
+def test_sharewise_counts_what_a_preempted_joiner_has_spent():
+    """A preempted job's realized slowdown counts from its first start, so joining must fit what is left of
+    its budget. Here it ends first, at 1.56 x 100 = 156 s (p90); its budget is 2 x 100 - (time since its
+    first start)."""
+    p50 = np.array([[2.0, 1.3], [1.2, 2.0]])
+    assert _ours_case(p50, p50 * 1.2, start_a=-40.0) == [Placement(10, (0,))]  # 160 s left
+    assert _ours_case(p50, p50 * 1.2, start_a=-50.0) == []  # 150 s left
+
+
+def _multi_join_case(start_short: float):
+    """A 2-GPU job (workload 0, 100 s) and two residents alone on GPUs 0 and 1: job 0 (workload 1, 10,000 s
+    left) and job 1 (workload 2, 1,000 s left of 1,500 s of work, started at ``start_short``)."""
+    p = np.array([[2.0, 1.9, 1.2], [1.1, 2.0, 2.0], [1.1, 2.0, 2.0]])
+    cluster = make_cluster(
+        [[0, -1], [1, -1]], 20, remaining=[10_000.0, 1_000.0] + [0.0] * 18,
+        workload=[1, 2] + [0] * 18, start=[0.0, start_short] + [np.nan] * 18,
+        work=[10_000.0, 1_500.0] + [100.0] * 18,
+    )
+    queue = make_queue([(10, 100.0, 2, 0)])
+    return sharewise(queue, cluster, table(p), 0.0, preempt=False)
+
+
+def test_sharewise_checks_a_multi_gpu_joiner_over_all_its_residents():
+    """Next to job 0 the joiner runs 1.9x slower, so it ends at 190 s, not the 120 s GPU 1's own check
+    assumes next to job 1 (1.2x). Job 1 (1.1x next to it) then ends by 1,000 + 190 (1 - 1/1.1) = 1,017.3 s
+    instead of 1,010.9 s. With job 1's budget at 3,000 - 1,985 = 1,015 s only the joint check refuses;
+    at 3,000 - 1,900 = 1,100 s both hold."""
+    assert _multi_join_case(-1_985.0) == []
+    assert _multi_join_case(-1_900.0) == [Placement(10, (0, 1))]
+
+
+def test_sharewise_does_not_join_a_job_that_shares_another_of_its_gpus():
+    """Job 0 holds GPUs 0 and 1; it shares GPU 1 with job 1, so it runs slowed, not alone as GPU 0's check
+    would picture it: GPU 0 is not offered to a newcomer. A job alone on all its GPUs is (GPU 2)."""
+    p50 = np.array([[1.2, 1.2], [1.2, 1.2]])
+    cluster = make_cluster(
+        [[0, -1], [0, 1], [2, -1]], 20, remaining=[10_000.0, 10_000.0, 10_000.0] + [0.0] * 17,
+        workload=[1] * 20, start=[0.0, 0.0, 0.0] + [np.nan] * 17, work=[10_000.0] * 3 + [100.0] * 17,
+        ngpus=[2, 1, 1] + [1] * 17,
+    )
+    queue = make_queue([(10, 100.0, 1, 0), (11, 100.0, 1, 0)])
+    assert sharewise(queue, cluster, table(p50), 0.0, preempt=False) == [Placement(10, (2,))]
 
 
 def test_sharewise_waits_rather_than_stretching_a_long_job():
@@ -668,9 +712,12 @@ def test_strict_fifo_stops_at_the_head_backfill_passes_it():
     assert exclusive_fifo_backfill(queue, cluster, tab, 0.0) == [Placement(6, (1,))]
 
 
-def _savings_numpy(wl_a, rem_a, release_a, wl_b, e_b, budget, speed_b, tab, q_slo, q_gain, max_slowdown):
+def _savings_numpy(wl_a, rem_a, release_a, wl_b, e_b, budget, speed_b, tab, q_slo, q_gain, max_slowdown,
+                   budget_a=None, joinable=None):
     """The sharing saving of ``interference_aware`` as numpy closed forms over the whole (jobs x GPUs) grid:
-    the array expressions the compiled kernel replaced, transcribed to check it against."""
+    the array expressions the compiled kernel replaced, transcribed to check it against. ``budget_a``
+    (jobs x GPUs): what the SLO leaves a preempted joiner (NaN for a job that never ran); ``joinable``
+    (GPUs): False where the resident shares another of its GPUs."""
     ok = tab.allowed
     q = np.where(ok, getattr(tab, q_slo), 1.0)
     g = np.where(ok, getattr(tab, q_gain), 1.0)
@@ -684,6 +731,11 @@ def _savings_numpy(wl_a, rem_a, release_a, wl_b, e_b, budget, speed_b, tab, q_sl
         (q_ba * eb <= bud) & (ea + eb * (q_ba * (1 - 1 / q_ab)) <= max_slowdown * ea),
     )
     slo &= ok[a, b] & (eb <= bud)
+    if budget_a is not None:
+        end_a = np.where(a_first, q_ab * ea, ea + eb * (q_ba * (1 - 1 / q_ab)))
+        slo &= np.isnan(budget_a) | (end_a <= budget_a)
+    if joinable is not None:
+        slo &= joinable[None, :]
     gain_first = g_ab * ea <= g_ba * eb
     stretch = np.where(gain_first, ea * (2 * g_ab - 1 - g_ab / g_ba), eb * (2 * g_ba - 1 - g_ba / g_ab))
     return np.where(slo, np.minimum(eb, release_a[:, None]) - stretch, -np.inf)
@@ -709,28 +761,39 @@ def test_sharewise_kernels_match_the_closed_forms(seed):
         jobs[g + 1 : g + 3], occupancy[g + 1 : g + 3], speed[g + 1 : g + 3] = jobs[g], occupancy[g], speed[g]
     speed[g + 2] *= 0.9
     resident = np.where(np.arange(2)[None, :] < occupancy[:, None], jobs, -1)
+    # A multi-GPU job that shares one of its GPUs and holds another alone: that GPU is not joinable.
+    full, lone = np.flatnonzero(occupancy == 2), np.flatnonzero(occupancy == 1)
+    resident[lone[0], 0] = resident[full[0], 1]
     work = rng.uniform(100, 5000, n_jobs)
     remaining, workload = work * rng.uniform(0.05, 1.0, n_jobs), rng.integers(0, n_wl, n_jobs)
     start = rng.uniform(0, 3000, n_jobs)
+    start[rng.random(n_jobs) < 0.5] = np.nan  # never ran (queued): no budget of their own yet
     partner, partner_wl, rem, alone = _kernels.lone_residents(occupancy, resident, workload, remaining, n_wl)
     single = np.flatnonzero(occupancy == 1)
     assert np.array_equal(partner[single], resident[single, 0]) and np.all(partner[occupancy != 1] == -1)
     assert np.array_equal(partner_wl[single], workload[resident[single, 0]])
     assert np.array_equal(alone, np.bincount(workload[resident[single, 0]], minlength=n_wl))
     wl_a, rem_a, release_a = rng.integers(0, n_wl, m), rng.uniform(10, 4000, m), rng.uniform(0, 3000, m)
+    job_a = rng.choice(np.setdiff1d(np.arange(n_jobs), resident), m, replace=False)  # queued: preempted or new
+    rem_a = np.minimum(rem_a, work[job_a])
     now, slo = 3000.0, 1.6
+    shared_elsewhere = np.zeros(n_jobs, dtype=bool)
+    shared_elsewhere[resident[occupancy == 2].ravel()] = True
     for q_slo, q_gain in [("p90", "p90"), ("p90", "p50"), ("p50", "p10")]:
         ok, q, _, extra, _ = _pair_constants(tab, q_slo)
         _, g, stretch, _, _ = _pair_constants(tab, q_gain)
         got, n_good = _kernels.sharing_savings(
-            wl_a, rem_a, release_a, single, partner, partner_wl, rem, speed, work, start, now, n_wl,
-            ok, q, extra, g, stretch, q_slo == q_gain, slo,
+            job_a, wl_a, rem_a, release_a, single, partner, partner_wl, rem, speed, work, start, now, n_wl,
+            ok, q, extra, g, stretch, q_slo == q_gain, slo, shared_elsewhere,
         )
         sp = speed[single]
         budget = slo * work[partner[single]] / sp - (now - start[partner[single]])
+        budget_a = slo * work[job_a][:, None] / sp[None, :] - (now - start[job_a][:, None])
         want = _savings_numpy(
-            wl_a, rem_a, release_a, partner_wl[single], rem[single] / sp, budget, sp, tab, q_slo, q_gain, slo
+            wl_a, rem_a, release_a, partner_wl[single], rem[single] / sp, budget, sp, tab, q_slo, q_gain, slo,
+            budget_a, ~shared_elsewhere[partner[single]],
         )
+        assert np.isneginf(want[:, 0]).all()  # the resident that shares another GPU
         assert np.isfinite(want).any() and np.array_equal(got, want)
         assert np.array_equal(n_good, (want > 0).sum(axis=1))
     # Release times: a lone job's remaining time over its GPU's speed; a pair's later end (shared_completion).

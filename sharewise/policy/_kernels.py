@@ -27,18 +27,20 @@ from numba import njit
 
 @njit(cache=True, nogil=True)
 def sharing_savings(
-    wl_a, rem_a, release_a, single, partner, partner_wl, remaining, speed, job_work, job_start, now, n,
-    ok, q, extra, g, stretch, same_quantile, max_slowdown,
+    job_a, wl_a, rem_a, release_a, single, partner, partner_wl, remaining, speed, job_work, job_start, now, n,
+    ok, q, extra, g, stretch, same_quantile, max_slowdown, shared_elsewhere,
 ):  # pragma: no cover - compiled; its numpy twin is tested against it
     """Return ``(saving, n_good)``: the (waiting jobs x lone residents) time saved by joining, ``-inf`` where
     forbidden, and per waiting job the number of GPUs where it saves time (``saving > 0``).
 
-    Row ``i`` is a waiting job (workload ``wl_a``, remaining exclusive time ``rem_a`` on a speed-1 GPU,
-    ``release_a`` the predicted wait for its turn in the line); column ``j`` is GPU ``single[j]``, holding
+    Row ``i`` is a waiting job (``job_a``, workload ``wl_a``, remaining exclusive time ``rem_a`` on a speed-1
+    GPU, ``release_a`` the predicted wait for its turn in the line); column ``j`` is GPU ``single[j]``, holding
     job ``partner[gpu]`` alone (workload ``partner_wl``, remaining exclusive time ``remaining``, whole
     exclusive time ``job_work[job]``, started at ``job_start[job]``). ``ok``, ``q``, ``extra`` (at the SLO's
     quantile) and ``g``, ``stretch`` (at the benefit's quantile) are the flattened per-pair constants of
-    ``interference_aware._pair_constants``.
+    ``interference_aware._pair_constants``. A column whose resident is in ``shared_elsewhere`` (a multi-GPU
+    job sharing another of its GPUs) is forbidden; a joiner that ran before (``job_start`` not NaN: it was
+    preempted) must also end within what the SLO leaves of its own budget.
     """
     m = wl_a.shape[0]
     k = single.shape[0]
@@ -59,6 +61,8 @@ def sharing_savings(
                         n_good[i] += 1
                 continue
         last = j
+        if shared_elsewhere[res]:
+            continue  # a multi-GPU job sharing another of its GPUs: it runs slowed, not alone, for a time unknown here
         eb = remaining[gpu] / sp
         # Wall seconds the resident may still run within its SLO (its slowdown counts from its start).
         bud = max_slowdown * job_work[res] / sp - (now - job_start[res])
@@ -79,6 +83,13 @@ def sharing_savings(
                     continue
             elif not (q_ba * eb <= bud and ea + eb * extra[ba] <= max_slowdown * ea):
                 continue
+            ja = job_a[i]
+            if not np.isnan(job_start[ja]):
+                # A preempted job: its slowdown counts from its first start, so its end must fit in what is
+                # left of its own budget, as the resident's does.
+                bud_a = max_slowdown * job_work[ja] / sp - (now - job_start[ja])
+                if (q_ab * ea if a_first else ea + eb * extra[ba]) > bud_a:
+                    continue
             if not same_quantile:
                 a_first = g[ab] * ea <= g[ba] * eb
             pair_stretch = ea * stretch[ab] if a_first else eb * stretch[ba]
@@ -331,10 +342,10 @@ def sharing_prepare(
 
 @njit(cache=True, nogil=True)
 def sharing_gains(
-    wl_a, rem_a, k_a, partner, partner_wl, remaining, resident, job_remaining, job_workload, speed, job_work,
+    job_a, wl_a, rem_a, k_a, partner, partner_wl, remaining, resident, job_remaining, job_workload, speed, job_work,
     job_start, allowed, p50, now, n, ok, q, extra, g, stretch, same_quantile, max_slowdown,
 ):  # pragma: no cover - compiled; its parts are tested against their closed forms
-    """Return ``(single, saving, n_good)`` for the waiting jobs (workloads ``wl_a``, remaining ``rem_a``,
+    """Return ``(single, saving, n_good)`` for the waiting jobs (``job_a``: workloads ``wl_a``, remaining ``rem_a``,
     GPUs asked ``k_a``): the GPUs holding one job and ``sharing_savings`` against them, where a job's
     alternative is its turn in the predicted releases (``release_times``: the waiting jobs take them in SJF
     order, as many GPUs as each asks for)."""
@@ -349,19 +360,24 @@ def sharing_gains(
     for i in range(k_a.shape[0]):
         turn += k_a[i]
         release_a[i] = release[min(turn, release.shape[0] - 1)]
+    shared_elsewhere = np.zeros(job_remaining.shape[0], dtype=np.bool_)
+    for gpu in range(n_gpus):
+        if resident[gpu, 1] >= 0:
+            shared_elsewhere[resident[gpu, 0]] = True
+            shared_elsewhere[resident[gpu, 1]] = True
     live = rows_that_may_save(wl_a, rem_a, release_a, single, speed, n, ok, stretch)
     if live.shape[0] == k_a.shape[0]:
         saving, n_good = sharing_savings(
-            wl_a, rem_a, release_a, single, partner, partner_wl, remaining, speed, job_work, job_start, now, n,
-            ok, q, extra, g, stretch, same_quantile, max_slowdown,
+            job_a, wl_a, rem_a, release_a, single, partner, partner_wl, remaining, speed, job_work, job_start, now, n,
+            ok, q, extra, g, stretch, same_quantile, max_slowdown, shared_elsewhere,
         )
         return single, saving, n_good
     saving = np.full((k_a.shape[0], single.shape[0]), -np.inf)
     n_good = np.zeros(k_a.shape[0], dtype=np.int64)
     if live.shape[0]:
         part, part_good = sharing_savings(
-            wl_a[live], rem_a[live], release_a[live], single, partner, partner_wl, remaining, speed, job_work,
-            job_start, now, n, ok, q, extra, g, stretch, same_quantile, max_slowdown,
+            job_a[live], wl_a[live], rem_a[live], release_a[live], single, partner, partner_wl, remaining, speed,
+            job_work, job_start, now, n, ok, q, extra, g, stretch, same_quantile, max_slowdown, shared_elsewhere,
         )
         for r in range(live.shape[0]):
             saving[live[r]] = part[r]
@@ -502,6 +518,53 @@ def by_sensitivity(positions, q_remaining, q_gpus):  # pragma: no cover - compil
 
 
 # Outcomes of ``sharewise_packed``.
+@njit(cache=True, nogil=True)
+def best_columns(row, need):  # pragma: no cover - compiled; tested via the policy's two paths
+    """The ``need`` columns of ``row`` with the largest values, largest first (ties: the lower column first),
+    as ``np.argsort(-row, kind="stable")[:need]`` gives them."""
+    out = np.empty(need, dtype=np.int64)
+    used = np.zeros(row.shape[0], dtype=np.bool_)
+    for c in range(need):
+        best = -1
+        for j in range(row.shape[0]):
+            if not used[j] and (best < 0 or row[j] > row[best]):
+                best = j
+        out[c] = best
+        used[best] = True
+    return out
+
+
+@njit(cache=True, nogil=True)
+def multi_join_holds(
+    job, wl, rem, shared, sp, resident, job_workload, job_remaining, job_work, job_start, speed, q, n, now,
+    max_slowdown,
+):  # pragma: no cover - compiled; tested by hand-checked cases through the policy
+    """The SLO check of a multi-GPU job (``job``, workload ``wl``, ``rem`` exclusive seconds left, ``sp`` the
+    speed of its slowest GPU) joining the lone residents of GPUs ``shared``, all at once
+    (``interference_aware._multi_join_holds`` states the bounds); ``q`` at the SLO's quantile, flattened."""
+    ea = rem / sp
+    q_max = 0.0
+    for c in range(shared.shape[0]):
+        q_max = max(q_max, q[wl * n + job_workload[resident[shared[c], 0]]])
+    t = q_max * ea
+    if np.isnan(job_start[job]):
+        bud_a = max_slowdown * ea
+    else:
+        bud_a = max_slowdown * job_work[job] / sp - (now - job_start[job])
+    if not t <= bud_a:
+        return False
+    for c in range(shared.shape[0]):
+        g = shared[c]
+        b = resident[g, 0]
+        q_ba = q[job_workload[b] * n + wl]
+        eb = job_remaining[b] / speed[g]
+        bud_b = max_slowdown * job_work[b] / speed[g] - (now - job_start[b])
+        end_b = min(q_ba * eb, eb + t * (1 - 1 / q_ba))
+        if not end_b <= bud_b:
+            return False
+    return True
+
+
 ASSIGN, IN_PYTHON = 1, 2
 
 
@@ -518,8 +581,8 @@ def sharewise_packed(
     Return ``(stage, started, start_gpus, waiting, single, cost, rows, cols)``. With ``stage == ASSIGN``:
     the queue positions ``started`` start on ``start_gpus`` (each job's GPUs in a row, ascending), then
     ``waiting[rows]`` are assigned to ``single[cols]`` by ``cost`` (``assignment_costs``; no rows: none).
-    ``IN_PYTHON`` also where a multi-GPU job has enough saving shared GPUs to join; the policy's general path
-    decides then, from scratch.
+    ``IN_PYTHON`` also where a multi-GPU job has enough saving shared GPUs to join and passes the joint SLO
+    check (``multi_join_holds``) on the best of them; the policy's general path decides then, from scratch.
     """
     empty = np.empty(0, dtype=np.int64)
     no_cost = np.empty((0, 0))
@@ -555,14 +618,25 @@ def sharewise_packed(
         return ASSIGN, started, start_gpus, empty, empty, no_cost, empty, empty
     k_a = q_gpus[waiting]
     single, saving, n_good = sharing_gains(
-        q_workload[waiting], q_remaining[waiting], k_a, partner, partner_wl, remaining, resident, job_remaining,
-        job_workload, speed, job_work, job_start, allowed, p50, now, allowed.shape[0], ok, q, extra, g,
-        stretch, same_quantile, max_slowdown,
+        q_job[waiting], q_workload[waiting], q_remaining[waiting], k_a, partner, partner_wl, remaining, resident,
+        job_remaining, job_workload, speed, job_work, job_start, allowed, p50, now, allowed.shape[0], ok, q, extra,
+        g, stretch, same_quantile, max_slowdown,
     )
     for i in range(k_a.shape[0]):
         need = k_a[i] - n_free  # shared GPUs the job would take: the policy's multi-GPU step
         if k_a[i] > 1 and 0 < need <= n_good[i]:
-            return IN_PYTHON, empty, empty, empty, empty, no_cost, empty, empty
+            # The general path places it only if its best GPUs pass the joint SLO check; with none taken yet,
+            # the first such job sees what is checked here, so where none passes, none is placed there either.
+            best = best_columns(saving[i], need)
+            shared = single[best]
+            ok_all = True
+            for c in range(need):
+                ok_all = ok_all and saving[i, best[c]] > 0
+            if ok_all and multi_join_holds(
+                q_job[waiting[i]], q_workload[waiting[i]], q_remaining[waiting[i]], shared, speed[0], resident,
+                job_workload, job_remaining, job_work, job_start, speed, q, allowed.shape[0], now, max_slowdown,
+            ):
+                return IN_PYTHON, empty, empty, empty, empty, no_cost, empty, empty
     cost, rows, cols = assignment_costs(saving, k_a, np.zeros(single.shape[0], dtype=np.bool_), forbidden)
     return ASSIGN, started, start_gpus, waiting, single, cost, rows, cols
 

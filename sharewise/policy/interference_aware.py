@@ -8,15 +8,17 @@ the gain holds at the pessimistic end of the predicted interval, and SLO-guarded
 2. **Sharing.** The head of the SJF queue that found no free GPU may join a GPU that holds one job. A pair
    may share only if, at the predicted **p90** slowdowns,
 
-   - each job's realized slowdown (its run time over its exclusive run time, counting what the resident has
-     already run) stays within the SLO, and
+   - each job's realized slowdown (its run time over its exclusive run time, counting what either job has
+     already run: the resident, and a joiner that was preempted before) stays within the SLO, and
    - sharing pays: the two jobs' summed extra run time (stretch) is less than the time the joiner saves by
      not waiting, which is the earlier of the resident's own end (SJF-BSBF's sequential alternative) and the
      predicted release of the GPU the joiner would get in the waiting line.
 
    Run times are divided by the speed of the GPU in question, so a slow GPU is a worse host. One assignment
    (Hungarian) over the head of the queue and the GPUs holding one job maximizes the summed saving; a
-   multi-GPU job takes its best GPUs greedily when each of them saves.
+   multi-GPU job takes its best GPUs greedily when each of them saves and the SLO holds for it and every
+   resident at once (``_multi_join_holds``: it runs at the rate of its worst GPU). A GPU whose job shares
+   another of its GPUs is not offered: that job runs slowed there, for a time the check cannot see.
 3. **Learning.** Once a pair has run together its measured slowdown replaces the prediction (the simulator's
    observation, on by default; a cluster measures its running jobs' throughput), so every later decision
    about that pair is certain: p10 = p50 = p90 = measured.
@@ -162,13 +164,34 @@ def _sharewise_general(queue, cluster, table, now, max_slowdown, head, quantile,
         free = pick_free_gpus(state.free_mask(), cluster.node, state.n_free) if state.n_free else None
         shared = single[best]
         gpus = shared if free is None else np.concatenate([free, shared])
-        taken[best] = True
         i = int(waiting[r])
+        if not _multi_join_holds(queue, cluster, table, i, shared, gpus, now, max_slowdown, slo_quantile):
+            continue
+        taken[best] = True
         state.place(int(queue.job[i]), int(queue.workload[i]), float(queue.remaining[i]), gpus)
         placements.append(Placement(int(queue.job[i]), tuple(sorted(int(g) for g in gpus))))
     # Single-GPU jobs: one assignment to shared GPUs (or to waiting, which saves nothing: the zero columns).
     cost, rows, cols = _kernels.assignment_costs(saving, k_a, taken, _FORBIDDEN)
     return placements + _assign(queue, waiting, single, cost, rows, cols)
+
+
+def _multi_join_holds(queue, cluster, table, i, shared, gpus, now, max_slowdown, slo_quantile) -> bool:
+    """The SLO check of a multi-GPU job joining the residents of ``shared`` (its GPUs ``gpus``), all at once.
+
+    Each GPU's own check (``_kernels.sharing_savings``) pictures the joiner next to that GPU's resident
+    alone. Spread over residents of several workloads, the joiner runs at the rate of its worst GPU: its
+    slowdown is the largest of theirs while they all stay, so it may end later than any one check assumed,
+    and stretch every resident longer. Bounds that hold whatever order they end in: the joiner ends by
+    ``t = max q_ab x e_a`` (``e_a`` on its slowest GPU); resident ``b`` then ends by
+    ``min(q_ba e_b, e_b + t (1 - 1/q_ba))`` (it shares for ``t`` at most). Both must fit the budget the
+    SLO leaves each job, counting what it has already run (a preempted joiner too).
+    """
+    _, q, _, _, _ = _pair_constants(table, slo_quantile)
+    return _kernels.multi_join_holds(
+        int(queue.job[i]), int(queue.workload[i]), float(queue.remaining[i]), shared, float(cluster.speed[gpus].min()),
+        cluster.resident, cluster.job_workload, cluster.job_remaining, cluster.job_work, cluster.job_start,
+        cluster.speed, q, len(table), float(now), float(max_slowdown),
+    )
 
 
 def _assign(queue, waiting, single, cost, rows, cols) -> list[Placement]:
@@ -255,8 +278,8 @@ def _sharing_savings(
     ok, q, _, extra, _ = _pair_constants(table, slo_quantile)
     _, g, stretch, _, _ = _pair_constants(table, quantile)
     return _kernels.sharing_gains(
-        queue.workload[waits], queue.remaining[waits], k_a, state.partner, state.partner_wl, state.remaining,
-        cluster.resident, cluster.job_remaining, cluster.job_workload, cluster.speed, cluster.job_work,
+        queue.job[waits], queue.workload[waits], queue.remaining[waits], k_a, state.partner, state.partner_wl,
+        state.remaining, cluster.resident, cluster.job_remaining, cluster.job_workload, cluster.speed, cluster.job_work,
         cluster.job_start, table.allowed, table.p50, float(now), len(table), ok, q, extra, g, stretch,
         quantile == slo_quantile, float(max_slowdown),
     )
