@@ -197,6 +197,10 @@ def test_cli_evaluate_budget_and_suggest(dataset_dir, tmp_path, capsys):
     args = ["suggest", "--model", str(model_path), "--data", str(dataset_dir), "--workloads", "w5"]
     code, out, err = run_cli([*args, "--budget", "1", "--json"], capsys)
     assert code == 0 and json.loads(out)["suggestions"] == []  # the dataset has every pair of w5 already
+    code, out, err = run_cli([*args, "--budget", "1"], capsys)
+    assert code == 0 and out.strip() == "nothing to suggest for w5: every candidate pair is measured already"
+    code, out, err = run_cli([*args, "--budget", "0"], capsys)
+    assert code == 0 and out.strip() == "nothing to suggest for w5: the budget is 0"
     ds = Dataset(dataset_dir)
     fresh = Dataset(tmp_path / "fresh")  # the same workloads, no pair of w5 measured yet
     fresh.write_profiles(ds.read_profiles())

@@ -22,7 +22,7 @@ from sharewise.predictor.conformal import (
     fit_calibration,
 )
 from sharewise.predictor.evaluation import _subset, cross_validate, grouped_folds, summarize
-from sharewise.predictor.shift import WorkloadShift, posterior_sd
+from sharewise.predictor.shift import VARIANCE_FLOOR, WorkloadShift, _components, posterior_sd
 
 
 @pytest.fixture(scope="module")
@@ -135,6 +135,42 @@ def test_workload_shift_on_a_literal_case():
     sd = posterior_sd(shrink, np.array([0.0, 2.0]), np.array([0.0, 2.0]))
     assert sd[0] == pytest.approx(np.sqrt(0.2)) and sd[1] == pytest.approx(np.sqrt(0.1 * 2 / 4 + 0.1 / 3))
     assert WorkloadShift.from_dict(json.loads(json.dumps(shift.to_dict()))) == shift
+
+
+def _random_effects(seed: int, tau_w: float, tau_d: float, sigma: float, n_workloads: int = 400):
+    """Residuals drawn from the shift's model: a level per workload, one per (workload, device), noise;
+    two or three devices per workload and 1-6 rows per cell, so the cells' shares of a workload differ."""
+    rng = np.random.default_rng(seed)
+    w, d, r = [], [], []
+    for i in range(n_workloads):
+        theta = rng.normal(0, np.sqrt(tau_w))
+        for dev in ["d0", "d1", "d2"][: rng.integers(2, 4)]:
+            n = int(rng.integers(1, 7))
+            level = theta + rng.normal(0, np.sqrt(tau_d))
+            w += [f"w{i}"] * n
+            d += [dev] * n
+            r += list(level + rng.normal(0, np.sqrt(sigma), n))
+    return np.array(r), np.array(w), np.array(d)
+
+
+def test_shrinkage_components_recover_the_variances_they_were_drawn_with():
+    # The plain mean square of cell-minus-workload deviations sees (D - 1) / D of tau_d (it gave 0.019 here,
+    # half the truth, and 0.027 for tau_w); the expectation-weighted estimate is unbiased.
+    est = [_components(*_random_effects(seed, 0.02, 0.04, 0.05)) for seed in range(6)]
+    assert np.mean([e["tau_d"] for e in est]) == pytest.approx(0.04, rel=0.15)
+    assert np.mean([e["tau_w"] for e in est]) == pytest.approx(0.02, rel=0.2)
+    assert np.mean([e["sigma"] for e in est]) == pytest.approx(0.05, rel=0.05)
+
+
+def test_shrinkage_components_on_a_literal_case():
+    # One workload, one row on each of two devices: the deviations are +-0.2, each cell holds half the rows,
+    # so E[dev^2] = tau_d * (1 - 2 * 0.5 + 0.5) = tau_d / 2, less the (floor) noise: tau_d = 2 * 0.04 - 1e-4.
+    parts = _components(np.array([0.3, -0.1]), np.array(["w", "w"]), np.array(["a", "b"]))
+    assert parts["sigma"] == VARIANCE_FLOOR
+    assert parts["tau_d"] == pytest.approx(2 * (0.04 - VARIANCE_FLOOR * 0.5))
+    # One device per workload says nothing about devices: tau_d stays at the floor.
+    one = _components(np.array([0.3, 0.1, -0.2]), np.array(["w", "w", "v"]), np.array(["a", "a", "a"]))
+    assert one["tau_d"] == VARIANCE_FLOOR
 
 
 def test_util_sum_is_not_applicable_without_a_utilization_column(data):

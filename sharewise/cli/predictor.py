@@ -238,6 +238,10 @@ def suggest(
     if as_json:
         print_json(result.to_json())
         return
+    if not result.suggestions:
+        why = "the budget is 0" if result.budget == 0 else "every candidate pair is measured already"
+        console.print(f"nothing to suggest for {', '.join(result.workloads)}: {why}")
+        return
     table = Table(title=f"pair runs to measure (budget {result.budget} per new workload), in order")
     for col in ("workload", "#", "next to", "device", "speed sum p10-p90", "why"):
         table.add_column(col, justify="right" if col == "#" else "left")
@@ -245,8 +249,6 @@ def suggest(
         low, _, high = s.speed_sum
         table.add_row(s.workload, str(s.rank), s.partner, s.device_name, f"{low:.2f}-{high:.2f}", s.reason)
     console.print(table)
-    if not result.suggestions:
-        console.print("nothing to suggest: every candidate pair is measured already, or the budget is 0")
 
 
 def predict(

@@ -34,16 +34,34 @@ SIDES = {"self": "self_workload", "partner": "partner_workload"}
 
 
 def _components(residual: np.ndarray, workload: np.ndarray, device: np.ndarray) -> dict[str, float]:
-    """Return ``{"tau_w": .., "tau_d": .., "sigma": ..}`` (variances) of residuals grouped by workload/device."""
+    """Return ``{"tau_w": .., "tau_d": .., "sigma": ..}`` (variances) of residuals grouped by workload/device.
+
+    Moment estimates under the module's model: ``sigma`` pools the variance within (workload, device) cells;
+    ``tau_d`` matches each cell's squared deviation from its workload's mean to its expectation (below);
+    ``tau_w`` is the mean square of the workload means less what ``tau_d`` and ``sigma`` put in them.
+    Example: two one-row cells of one workload, residuals 0.3 and -0.1, give ``tau_d`` = 0.08 (less the
+    floor's noise): each deviates by 0.2 from the mean, and ``E[dev^2] = tau_d / 2`` for two equal cells.
+    """
     frame = pd.DataFrame({"w": workload, "d": device, "r": residual})
     cells = frame.groupby(["w", "d"])["r"].agg(["mean", "var", "count"])
     pooled = cells[cells["count"] > 1]
     sigma = float(((pooled["count"] - 1) * pooled["var"]).sum() / max((pooled["count"] - 1).sum(), 1))
     sigma = max(sigma, VARIANCE_FLOOR)
     by_w = frame.groupby("w")["r"].agg(["mean", "count"])
-    dev = cells["mean"] - by_w["mean"].reindex(cells.index.get_level_values("w")).to_numpy()
-    tau_d = max(float(np.mean(dev.to_numpy() ** 2) - sigma * np.mean(1.0 / cells["count"])), VARIANCE_FLOOR)
+    at_w = cells.index.get_level_values("w")
+    n_w = by_w["count"].reindex(at_w).to_numpy(dtype=np.float64)
+    dev = cells["mean"].to_numpy() - by_w["mean"].reindex(at_w).to_numpy()
     share = (cells["count"] ** 2).groupby(level="w").sum() / by_w["count"] ** 2
+    # A cell's deviation from its workload's mean, which includes the cell itself, has expectation
+    # tau_d * (1 - 2 p + sum p'^2) + sigma * (1/n_wd - 1/n_w), p = n_wd / n_w the cell's share of the rows:
+    # the plain mean square of the deviations would see only (D - 1) / D of tau_d over D equal devices, and
+    # nothing of it where a workload has one device.
+    p = cells["count"].to_numpy(dtype=np.float64) / n_w
+    weight = 1.0 - 2.0 * p + share.reindex(at_w).to_numpy()
+    noise = sigma * (1.0 / cells["count"].to_numpy(dtype=np.float64) - 1.0 / n_w)
+    total = float(weight.sum())
+    tau_d = float((dev**2 - noise).sum() / total) if total > 1e-12 else 0.0
+    tau_d = max(tau_d, VARIANCE_FLOOR)
     # The mean square, not the variance: a bias common to unseen workloads is something a shift should learn.
     tau_w = float(np.mean(by_w["mean"] ** 2) - np.mean(tau_d * share + sigma / by_w["count"]))
     return {"tau_w": max(tau_w, VARIANCE_FLOOR), "tau_d": tau_d, "sigma": sigma}
