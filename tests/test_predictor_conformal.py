@@ -122,15 +122,18 @@ def test_workload_shift_on_a_literal_case():
     )
     shrink = {f"{side}_{k}": 0.1 for side in ("self", "partner") for k in ("tau_w", "tau_d", "sigma")}
     shift = WorkloadShift.fit(np.array([0.2, 0.4, 0.5]), meta, shrink, ["new"])
-    # lambda_w = (0.1 + 0.1) / 0.1 = 2: a = 0.6 / (2 + 2) = 0.15; lambda_d = 1: b = (0.05 + 0.25) / 3 = 0.1.
-    assert shift.tables["self"]["d"]["new"] == pytest.approx(0.25)
-    assert shift.defaults["self"]["new"] == pytest.approx(0.15)
+    # Both rows are on device d, so they share its term: v = 1 / (0.1 + 2 * 0.1), a = 0.6 v / (10 + 2 v) = 0.12
+    # (two rows on two devices would give 0.6 / (2 + 2) = 0.15); lambda_d = 1: b = (0.08 + 0.28) / 3 = 0.12.
+    assert shift.tables["self"]["d"]["new"] == pytest.approx(0.24)
+    assert shift.defaults["self"]["new"] == pytest.approx(0.12)
     # As a partner: one row (old next to new on e): a = 0.5 / 3, b = (0.5 - a) / 2.
     a = 0.5 / 3
     assert shift.tables["partner"]["e"]["new"] == pytest.approx(a + (0.5 - a) / 2)
     query = pd.DataFrame({"self_workload": ["new", "new", "old"], "partner_workload": ["x", "x", "y"],
                           "device_name": ["d", "f", "d"]})
-    assert np.allclose(shift.log_shift(query), [0.25, 0.15, 0.0])  # device f unmeasured: workload level
+    assert np.allclose(shift.log_shift(query), [0.24, 0.12, 0.0])  # device f unmeasured: workload level
+    spread = WorkloadShift.fit(np.array([0.2, 0.4]), meta.iloc[:2].assign(device_name=["d", "e"]), shrink, ["new"])
+    assert spread.defaults["self"]["new"] == pytest.approx(0.15)
     assert list(shift.revealed(np.array(["new", "old"]))) == [2, 0]
     sd = posterior_sd(shrink, np.array([0.0, 2.0]), np.array([0.0, 2.0]))
     assert sd[0] == pytest.approx(np.sqrt(0.2)) and sd[1] == pytest.approx(np.sqrt(0.1 * 2 / 4 + 0.1 / 3))

@@ -11,12 +11,14 @@ variance components estimated from grouped out-of-fold residuals by ``estimate_s
     theta[w]    ~ (0, tau_w^2),  delta[w, d] ~ (0, tau_d^2),  noise ~ (0, sigma^2)
 
     self shift[w, d] = a[w] + b[w, d]
-    a[w]    = sum(r[w]) / (n[w] + lambda_w),                  lambda_w = (sigma^2 + tau_d^2) / tau_w^2
+    a[w]    = sum_d v[w, d] sum(r[w, d]) / (1 / tau_w^2 + sum_d v[w, d] n[w, d]),  v[w, d] = 1 / (sigma^2 + n[w, d] tau_d^2)
     b[w, d] = sum(r[w, d] - a[w]) / (n[w, d] + lambda_d),     lambda_d = sigma^2 / tau_d^2
 
-and the same for the workload as a partner (its effect on the jobs next to it). A device without a measured
-pair of the workload takes ``a[w]``. This is the "cheap refit" of ``suggest.refit_on_pairs``: no tree is
-refitted, only these sums.
+``a[w]`` is the best linear predictor of ``theta[w]``: the rows of one device share its ``delta``, so a
+device measured three times counts less than three devices measured once (with one row per device it is
+``sum(r[w]) / (n[w] + (sigma^2 + tau_d^2) / tau_w^2)``). The same holds for the workload as a partner (its
+effect on the jobs next to it). A device without a measured pair of the workload takes ``a[w]``. This is
+the "cheap refit" of ``suggest.refit_on_pairs``: no tree is refitted, only these sums.
 """
 
 from __future__ import annotations
@@ -130,7 +132,11 @@ class WorkloadShift:
             tau_w, tau_d, sigma = (shrinkage.get(f"{side}_{k}", VARIANCE_FLOOR) for k in ("tau_w", "tau_d", "sigma"))
             frame = pd.DataFrame({"w": workload[use], "d": device[use], "r": residual[use]})
             by_w = frame.groupby("w")["r"].agg(["sum", "count"])
-            level = by_w["sum"] / (by_w["count"] + (sigma + tau_d) / tau_w)
+            per = frame.groupby(["w", "d"])["r"].agg(["sum", "count"])
+            weight = 1.0 / (sigma + per["count"] * tau_d)  # a cell's rows share its device term
+            num = (per["sum"] * weight).groupby(level="w").sum()
+            den = (per["count"] * weight).groupby(level="w").sum() + 1.0 / tau_w
+            level = (num / den).reindex(by_w.index)
             frame["left"] = frame["r"] - level.reindex(frame["w"]).to_numpy()
             cells = frame.groupby(["d", "w"])["left"].agg(["sum", "count"])
             extra = cells["sum"] / (cells["count"] + sigma / tau_d)
