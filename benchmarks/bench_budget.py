@@ -112,6 +112,12 @@ def coverage(name: str, path, group_by: str) -> dict:
         f"{m['coverage_p10_p90_uncalibrated']:>13.1f}{m['coverage_p10_p90']:>12.1f}"
         f"{min(per.values()):>9.1f}{max(per.values()):>9.1f}  {'met' if met else 'NOT met'}"
     )
+    devices = summary.get("per_device", {})
+    if len(devices) > 1:  # intervals are calibrated per device: each device's own coverage, and its p90 tail
+        cells = ", ".join(
+            f"{d} {e['model_coverage_p10_p90']:.1f} ({e['model_above_p90']:.1f} above p90)" for d, e in devices.items()
+        )
+        print(f"  {'':<34}by device: {cells}")
     return summary
 
 

@@ -417,11 +417,11 @@ def test_out_of_fold_models_never_see_either_group(data, monkeypatch):
             seen.append(set(meta["self_family"]) | set(meta["partner_family"]))
             return super().fit(X, y, summary, featurizer)
 
-        def predict_quantiles(self, X):
+        def predict_quantiles(self, X, devices=None):
             held = cand.meta.loc[X.index]
             groups = set(held["self_family"]) | set(held["partner_family"])
             assert not groups & seen[-1], (groups, seen[-1])
-            return super().predict_quantiles(X)
+            return super().predict_quantiles(X, devices=devices)
 
     cand = ordered_rows(profiles, pairs[pairs["status"] == "ok"], with_target=False)
     monkeypatch.setattr(predictor_api, "SlowdownRegressor", Spy)

@@ -58,6 +58,46 @@ def test_fit_calibration_on_a_literal_case():
     assert np.allclose(q[:, 2], 0.45) and np.allclose(q[:, 0], 0.0)  # narrowed to the median, never past it
 
 
+def test_each_device_gets_its_own_corrections_on_a_literal_case():
+    # 120 rows per device, raw interval [-0.1, 0.1] around 0. Device "calm" errs by 0.01 k (k = 1..120),
+    # device "wild" by 0.05 k, alternating in sign; "rare" has too few rows for corrections of its own.
+    k = np.arange(1, 121)
+    errors = {"calm": 0.01 * k * (-1.0) ** k, "wild": 0.05 * k * (-1.0) ** k, "rare": np.array([0.3, -0.3])}
+    log_y = np.concatenate(list(errors.values()))
+    device = np.concatenate([[d] * len(e) for d, e in errors.items()])
+    n = len(log_y)
+    meta = pd.DataFrame(
+        {"self_workload": [f"w{i % 6}" for i in range(n)], "partner_workload": "p", "device_name": device,
+         "self_family": [f"w{i % 6}" for i in range(n)], "partner_family": "p", "pair_id": range(n)}
+    )
+    log_q = np.tile([-0.1, 0.0, 0.1], (n, 1))
+    cal = fit_calibration(log_q, np.exp(log_y), meta, "workload", n_groups=6, levels=(0,))
+    assert set(cal.devices) == {"calm", "wild"}
+    # Upper scores log y - 0.1 of "calm": the 60 odd k (negative errors) sort below the 60 even ones; the 0.9
+    # quantile ("higher": sorted position ceil(0.9 * 119) = 108) is the 49th even k, 98: 0.98 - 0.1 = 0.88.
+    # "wild": 0.05 * 98 - 0.1 = 4.8.
+    assert cal.devices["calm"]["upper"][0] == pytest.approx(0.88)
+    assert cal.devices["wild"]["upper"][0] == pytest.approx(4.8)
+    lo, hi = cal.corrections(np.zeros(3, dtype=np.int64), np.array(["calm", "wild", "rare"]))
+    assert hi[0] == pytest.approx(0.88) and hi[1] == pytest.approx(4.8) and hi[2] == pytest.approx(cal.upper[0])
+    # Each device's interval now covers about 80% of its own rows; the pooled one over-covers "calm".
+    for d in ("calm", "wild"):
+        rows = device == d
+        own = cal.apply(log_q[rows].copy(), devices=device[rows])
+        pooled = cal.apply(log_q[rows].copy())
+        y = log_y[rows]
+        inside = lambda q, y=y: np.mean((y >= q[:, 0]) & (y <= q[:, 2]))  # noqa: E731
+        assert inside(own) == pytest.approx(0.8, abs=0.03)
+        if d == "calm":
+            assert inside(pooled) == 1.0
+    again = ConformalCalibration.from_dict(json.loads(json.dumps(cal.to_dict())))
+    assert again == cal
+    broken = cal.to_dict()
+    broken["devices"]["calm"]["upper"] = {"0": 0.1, "4": 0.2}
+    with pytest.raises(ModelSchemaError, match="levels differ"):
+        ConformalCalibration.from_dict(broken)
+
+
 def test_calibration_levels_and_json_round_trip():
     cal = ConformalCalibration(lower={0: 0.3, 2: 0.2, 8: 0.1}, upper={0: 0.4, 2: 0.3, 8: 0.2}, shrinkage={"a": 1.0})
     assert list(cal.level_of([0, 1, 2, 5, 9])) == [0, 0, 2, 2, 8]

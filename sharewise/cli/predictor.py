@@ -166,6 +166,19 @@ def _print_evaluation(summary: dict, group_by: str, tune: bool) -> None:
         cells = ("n/a" if entry[k] is None else fmt(entry[k], ".1f", "%") for k in keys)
         groups.add_row(g, str(entry["n"]), *cells, fmt(entry.get("model_coverage_p10_p90"), ".1f", "%"))
     console.print(groups)
+    if len(summary.get("per_device", {})) > 1:
+        devices = Table(title="MAPE and p10-p90 coverage by device (intervals are calibrated per device)")
+        for col in ("device", "rows", "model", "in p10-p90", "above p90"):
+            devices.add_column(col, justify="left" if col == "device" else "right")
+        for d, entry in summary["per_device"].items():
+            devices.add_row(
+                d,
+                str(entry["n"]),
+                fmt(entry["model_mape"], ".1f", "%"),
+                fmt(entry["model_coverage_p10_p90"], ".1f", "%"),
+                fmt(entry["model_above_p90"], ".1f", "%"),
+            )
+        console.print(devices)
     if tune:
         for f in summary["folds"]:
             chosen = ", ".join(f"{k}={v}" for k, v in f["chosen"].items() if k != "inner_mape")

@@ -116,7 +116,8 @@ def predict_pairs(model: SlowdownRegressor, profiles: pd.DataFrame, pairs: pd.Da
     # once and gather, which is exact because the features depend on the two profiles only.
     unique, inverse = _distinct_pairs(np.concatenate([ia, ib]), np.concatenate([ib, ia]), len(profiles))
     i_self, i_partner = np.divmod(unique, max(len(profiles), 1))
-    q = model.predict_matrix(featurizer.transform_indexed(profiles, i_self, i_partner))
+    devices = profiles["device_name"].astype(str).to_numpy(dtype=object)[i_self] if "device_name" in profiles else None
+    q = model.predict_matrix(featurizer.transform_indexed(profiles, i_self, i_partner), devices=devices)
     q = np.ascontiguousarray(q[:, [0, q.shape[1] // 2, q.shape[1] - 1]])
     if getattr(model, "shift_", None) is not None:  # workloads with measured pairs of their own
         q = np.exp(shift_log_quantiles(model, np.log(q), _profile_pair_meta(profiles, i_self, i_partner)))
@@ -287,7 +288,9 @@ def out_of_fold_predictions(
                 train, group_by, features, partner_effect, exclude=held, cache=cache, levels=(0,), **params
             )
         rows = np.asarray(members)
-        pred = model.predict_quantiles(featurizer.transform(cand).iloc[rows])
+        pred = model.predict_quantiles(
+            featurizer.transform(cand).iloc[rows], devices=cand.meta["device_name"].to_numpy()[rows]
+        )
         q[rows] = pred[:, [0, pred.shape[1] // 2, pred.shape[1] - 1]]
     return _pair_table(cand, q)
 
@@ -331,7 +334,7 @@ def explain_pair(
     model._check_fitted()
     pair = pd.DataFrame({"workload_a": [workload_a], "workload_b": [workload_b], "device_name": device_name})
     rows = model_rows(model, profiles, pair)
-    q = model.predict_quantiles(rows.X)
+    q = model.predict_quantiles(rows.X, devices=rows.meta["device_name"].to_numpy())
     q = np.exp(shift_log_quantiles(model, np.log(q[:, [0, q.shape[1] // 2, q.shape[1] - 1]]), rows.meta))
     out: dict = {"device_name": device_name}
     for side, i, (me, other) in (("a", 0, (workload_a, workload_b)), ("b", 1, (workload_b, workload_a))):

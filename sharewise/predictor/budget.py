@@ -155,7 +155,7 @@ def evaluate_budget(
         if calibrate:  # on the fold's training rows only (its held-out group excluded)
             calibration = calibrate_rows(data, group_by, **pipeline, exclude=fold.group, cache=cache, **params)
         first.calibration_ = calibration
-        log_q = np.log(_three(first.predict_quantiles(X_all)))
+        log_q = np.log(_three(first.predict_quantiles(X_all, devices=data.meta["device_name"].to_numpy())))
         ctx = FoldContext(
             data=data,
             fold=fold,
@@ -211,7 +211,7 @@ def _predict(data, fold, both, scored, estimator, ctx, log_q, calibration, pipel
     model = SlowdownRegressor(**params).fit(X_fit, data.y[train], featurizer=featurizer)
     model.calibration_ = calibration
     at = np.concatenate([both, scored])
-    lq = np.log(_three(model.predict_quantiles(X_all.iloc[at])))
+    lq = np.log(_three(model.predict_quantiles(X_all.iloc[at], devices=meta["device_name"].to_numpy()[at])))
     held = list(ctx.candidates)
     model.shift_ = WorkloadShift.fit(np.log(data.y[both]) - lq[: both.size, 1], meta.iloc[both], ctx.shrinkage, held)
     return np.exp(shift_log_quantiles(model, lq[both.size :], meta.iloc[scored]))

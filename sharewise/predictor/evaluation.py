@@ -216,7 +216,8 @@ def cross_validate(
             model.calibration_ = calibrate_rows(
                 data, group_by, **fold_pipeline, exclude=fold.group, cache=cache, levels=(0,), **fold_params
             )
-        preds[fold.test] = _three(model.predict_quantiles(X_all.iloc[fold.test]))
+        devices = data.meta["device_name"].to_numpy()[fold.test]
+        preds[fold.test] = _three(model.predict_quantiles(X_all.iloc[fold.test], devices=devices))
         _, Xtr, plain = fold_features(data, fold.train, features=features, partner_effect=False)
         ytr, mtr = data.y[fold.train], data.meta.iloc[fold.train]
         Xte, mte = plain.iloc[fold.test], data.meta.iloc[fold.test]
@@ -349,6 +350,8 @@ def summarize(cv: CVResult) -> dict:
                        "util_sum": {"n": 1952, "mae": None, ..., "not_applicable": "needs a utilization ..."}},
          "per_group": {"resnet18": {"n": 270, "model_mape": 12.0, "median_mape": 20.1, ...,
                                     "model_coverage_p10_p90": 81.0}, ...},
+         "per_device": {"v100": {"n": 660, "model_mape": 33.6, "model_coverage_p10_p90": 69.1,
+                                 "model_above_p90": 13.6}, ...},
          "folds": [{"group": "a3c", "n_train": 1500, "n_test": 100}, ...]}
 
     A baseline that could not run on the data's features (``CVResult.unusable``) has None for every metric
@@ -386,6 +389,18 @@ def summarize(cv: CVResult) -> dict:
         )["coverage_p10_p90"]
         per_group[str(g)] = entry
     out["per_group"] = per_group
+    out["per_device"] = {
+        str(d): {
+            "n": int(len(part)),
+            "model_mape": slowdown_metrics(part["measured"], part["p50"])["mape"],
+            "model_coverage_p10_p90": slowdown_metrics(
+                part["measured"], part["p50"], low=part["p10"], high=part["p90"]
+            )["coverage_p10_p90"],
+            # What an SLO check at p90 meets: the share of measurements above it.
+            "model_above_p90": float((part["measured"] > part["p90"]).mean() * 100),
+        }
+        for d, part in rows.groupby("device_name", sort=True)
+    }
     out["folds"] = cv.folds
     if cv.random_split is not None:
         out["random_split"] = cv.random_split

@@ -139,8 +139,9 @@ class SlowdownRegressor(Params):
         The fitted featurizer that built the training features (``fit(..., featurizer=...)``): prediction
         builds features with the same state. None for a model fitted on features built elsewhere.
     calibration_ : ConformalCalibration or None
-        Conformal corrections of p10/p90 from grouped out-of-fold residuals (``conformal.calibrate_model``);
-        ``predict_quantiles`` applies level 0. None (``fit`` alone) leaves the raw quantiles.
+        Conformal corrections of p10/p90 from grouped out-of-fold residuals (``conformal.calibrate_model``),
+        pooled and per device; ``predict_quantiles`` applies level 0 (the rows' devices' corrections when it is
+        given them). None (``fit`` alone) leaves the raw quantiles.
     shift_ : WorkloadShift or None
         Corrections for workloads from their own measured pairs (``suggest.refit_on_pairs``), applied by the
         table-level functions that know each row's workloads (``predict_pairs``, ``explain_pair``), not by
@@ -306,7 +307,7 @@ class SlowdownRegressor(Params):
         offset = np.log(np.where(np.isfinite(col) & (col > 0), col, 1.0))
         return offset, np.repeat(offset[:, None], self.quantiles_.shape[0], axis=1)
 
-    def _raw_quantiles(self, data: np.ndarray) -> np.ndarray:
+    def _raw_quantiles(self, data: np.ndarray, devices=None) -> np.ndarray:
         # n_jobs may have changed through set_params, and a loaded booster knows no thread count.
         self.booster_.set_param({"nthread": self._threads()})
         offset, margin = self._offset(data)
@@ -321,14 +322,14 @@ class SlowdownRegressor(Params):
             out += w * (self.prior_ - resid)
         calibration = getattr(self, "calibration_", None)
         if calibration is not None:
-            calibration.apply(out)
+            calibration.apply(out, devices=None if devices is None else np.asarray(devices))
         return out
 
-    def predict_matrix(self, data: np.ndarray) -> np.ndarray:
+    def predict_matrix(self, data: np.ndarray, devices=None) -> np.ndarray:
         """Return ``predict_quantiles`` of a float32 matrix whose columns are ``feature_names_in_``, fast.
 
         For batch callers that build the features themselves (``predict_pairs``): no name check, no copy
-        of a C-contiguous float32 input.
+        of a C-contiguous float32 input. ``devices`` as in ``predict_quantiles``.
         """
         self._check_fitted()
         data = np.ascontiguousarray(data, dtype=np.float32)
@@ -336,7 +337,7 @@ class SlowdownRegressor(Params):
             raise ModelSchemaError(
                 f"expected a matrix of {self.n_features_in_} feature columns, got shape {data.shape}"
             )
-        return np.exp(self._raw_quantiles(data))
+        return np.exp(self._raw_quantiles(data, devices))
 
     def predict(self, X) -> np.ndarray:
         """Return the median (p50) predicted slowdown of each row."""
@@ -350,13 +351,16 @@ class SlowdownRegressor(Params):
 
         return float(r2_score(np.asarray(y, dtype=np.float64), self.predict(X)))
 
-    def predict_quantiles(self, X) -> np.ndarray:
+    def predict_quantiles(self, X, devices=None) -> np.ndarray:
         """Return predicted slowdowns at ``quantiles_`` as an array of shape (n, n_quantiles), sorted per row.
 
-        Example: ``array([[1.21, 1.38, 1.66]])`` for one row with the default (p10, p50, p90).
+        ``devices`` (one device name per row) lets the calibration use each device's own corrections
+        (``ConformalCalibration``); the features do not name the device, so without it every row takes the
+        pooled ones. The median never depends on it. Example: ``array([[1.21, 1.38, 1.66]])`` for one row
+        with the default (p10, p50, p90).
         """
         data = self._validated(X)
-        return np.exp(self._raw_quantiles(data))
+        return np.exp(self._raw_quantiles(data, devices))
 
     def explain(self, X_row) -> pd.Series:
         """Return per-feature contributions to the p50 log slowdown of one row, largest magnitude first.

@@ -11,7 +11,8 @@ variance components estimated from grouped out-of-fold residuals by ``estimate_s
     theta[w]    ~ (0, tau_w^2),  delta[w, d] ~ (0, tau_d^2),  noise ~ (0, sigma^2)
 
     self shift[w, d] = a[w] + b[w, d]
-    a[w]    = sum_d v[w, d] sum(r[w, d]) / (1 / tau_w^2 + sum_d v[w, d] n[w, d]),  v[w, d] = 1 / (sigma^2 + n[w, d] tau_d^2)
+    a[w]    = sum_d v[w, d] sum(r[w, d]) / (1 / tau_w^2 + sum_d v[w, d] n[w, d]),
+              v[w, d] = 1 / (sigma^2 + n[w, d] tau_d^2)
     b[w, d] = sum(r[w, d] - a[w]) / (n[w, d] + lambda_d),     lambda_d = sigma^2 / tau_d^2
 
 ``a[w]`` is the best linear predictor of ``theta[w]``: the rows of one device share its ``delta``, so a
@@ -226,7 +227,8 @@ def posterior_sd(shrinkage: dict[str, float], n_workload: np.ndarray, n_device: 
 def shift_log_quantiles(model, log_q: np.ndarray, meta: pd.DataFrame) -> np.ndarray:
     """Apply ``model``'s shift and level-aware calibration to log quantiles ``log_q`` of rows ``meta``.
 
-    ``log_q`` must come from ``predict_quantiles`` (level-0 calibration already applied); returns a new array.
+    ``log_q`` must come from ``predict_quantiles`` given the rows' devices (level-0 calibration of each row's
+    device already applied); returns a new array.
     A model without ``shift_`` returns ``log_q`` unchanged.
     """
     shift = getattr(model, "shift_", None)
@@ -235,10 +237,13 @@ def shift_log_quantiles(model, log_q: np.ndarray, meta: pd.DataFrame) -> np.ndar
     out = log_q + shift.log_shift(meta)[:, None]
     calibration = getattr(model, "calibration_", None)
     if calibration is not None:
-        lo, hi = calibration.corrections(shift.revealed(meta["self_workload"].to_numpy()))
-        # Level 0 is in log_q already; move the outer quantiles by the difference to the row's level.
-        out[:, 0] += calibration.lower[0] - lo
-        out[:, -1] += hi - calibration.upper[0]
+        devices = meta["device_name"].astype(str).to_numpy()
+        lo, hi = calibration.corrections(shift.revealed(meta["self_workload"].to_numpy()), devices)
+        lo0, hi0 = calibration.corrections(np.zeros(len(meta), dtype=np.int64), devices)
+        # Level 0 (of the row's device) is in log_q already; move the outer quantiles by the difference to
+        # the row's level.
+        out[:, 0] += lo0 - lo
+        out[:, -1] += hi - hi0
         mid = out[:, out.shape[1] // 2]
         out[:, 0], out[:, -1] = np.minimum(out[:, 0], mid), np.maximum(out[:, -1], mid)
     return out

@@ -127,7 +127,7 @@ def refit_on_pairs(
     out.shift_ = None
     if involved.any():
         rows = model_rows(out, profiles, measured[involved], with_target=True)
-        q = out.predict_quantiles(rows.X)
+        q = out.predict_quantiles(rows.X, devices=rows.meta["device_name"].to_numpy())
         residual = np.log(rows.y) - np.log(q[:, q.shape[1] // 2])
         out.shift_ = WorkloadShift.fit(residual, rows.meta, _shrinkage(model), new_workloads)
     return out
