@@ -84,6 +84,15 @@ def reprofile(data: str, window_s: float | None, repeats: int, isolation: str = 
         config = config.replace(window_s=window_s)
     fresh = profile_many(specs, config)
     took = time.monotonic() - began
+    was, now = sorted(set(stored["device_name"].astype(str))), sorted(set(fresh["device_name"].astype(str)))
+    if was != now:
+        # Scoring profiles of one machine against pairs of another measures a change of hardware, not how
+        # well a profile reproduces: say so, and label the numbers.
+        print(
+            f"note: {data} was profiled and paired on {was}, this machine is {now}: the fresh profiles are "
+            "scored against another machine's pairs (cross-device). For reproducibility on this machine, "
+            "measure a dataset here ('sharewise pairs ... --out DIR') and pass --data DIR"
+        )
     scores = {
         name: evaluate(profiles, pairs, group_by="workload")
         for name, profiles in (("stored", stored), ("fresh", fresh))
@@ -111,6 +120,7 @@ def reprofile(data: str, window_s: float | None, repeats: int, isolation: str = 
         "probe": new["f_probe_slowdown"],
         "throughput": new["throughput"],
         "probe_vs_stored": probe_spread,
+        "cross_device": was != now,
     }
 
 
@@ -123,8 +133,9 @@ def summarize_reprofiles(results: list[dict]) -> None:
     tput = pd.concat([r["throughput"] for r in results], axis=1)
     probe_cv = (probe.std(axis=1, ddof=1) / probe.mean(axis=1)).mean()
     tput_cv = (tput.std(axis=1, ddof=1) / tput.mean(axis=1)).mean()
+    label = " (cross-device: another machine's pairs)" if any(r.get("cross_device") for r in results) else ""
     print(
-        f"{len(results)} re-profiles: MAPE each workload held out median {np.median(fresh):.2f}%, worst "
+        f"{len(results)} re-profiles{label}: MAPE each workload held out median {np.median(fresh):.2f}%, worst "
         f"{max(fresh):.2f}% (each: {', '.join(f'{m:.2f}' for m in fresh)}); stored profiles "
         f"{results[0]['stored']:.2f}%"
     )

@@ -514,6 +514,23 @@ def test_cli_train_predict_evaluate(dataset_dir, tmp_path, capsys):
     assert code == 0 and "optimistic" in out and (tmp_path / "f" / "error_by_group.png").is_file()
 
 
+def test_cli_predict_warns_on_a_device_without_training_pairs(data, tmp_path, capsys):
+    profiles, pairs = data
+    ds = Dataset(tmp_path / "ds")
+    ds.write_profiles(profiles)
+    ds.write_pairs(pairs[pairs["device_name"] == "dev0"])
+    model = tmp_path / "model.json"
+    code, out, err = run_cli(["train", str(ds.path), "--out", str(model)], capsys)
+    assert code == 0, err
+    base = ["predict", "--model", str(model), "--data", str(ds.path), "w1", "w4", "--json", "--device"]
+    code, out, err = run_cli([*base, "dev1"], capsys)
+    assert code == 0, err
+    assert json.loads(out)["note"].startswith("device(s) ['dev1'] have no training pair")
+    assert err.startswith("warning:") and "['dev0']" in err
+    code, out, err = run_cli([*base, "dev0"], capsys)
+    assert code == 0 and json.loads(out)["note"] is None and "warning" not in err
+
+
 def test_cli_errors_are_one_line_exit_2(dataset_dir, tmp_path, capsys):
     code, out, err = run_cli(["evaluate", str(dataset_dir), "--group-by", "team"], capsys)
     assert (

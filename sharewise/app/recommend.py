@@ -129,7 +129,7 @@ def deploy(config: RecommendConfig, emit: str, out: str | os.PathLike | None = N
 def _solve(config: RecommendConfig, strict: bool) -> _Solved:
     from sharewise.datasets.store import open_dataset
     from sharewise.predictor import SlowdownRegressor, predict_pairs
-    from sharewise.predictor.api import explain_pair
+    from sharewise.predictor.api import explain_pair, unseen_device_note
     from sharewise.predictor.memory import memory_fit
 
     model = SlowdownRegressor.load(config.model)
@@ -205,6 +205,9 @@ def _solve(config: RecommendConfig, strict: bool) -> _Solved:
             "(raise max_explained for more)"
         )
     notes.append(f"device {device!r}; slowdowns predicted by {config.model}")
+    unseen = unseen_device_note(model, [device])
+    if unseen is not None:
+        notes.append(unseen)
     plan.notes = notes
     modes = _measured_modes(measured, prof, device)
     return _Solved(plan, device, prof, needed, modes, device_memory, resources, cluster)

@@ -289,6 +289,8 @@ def predict(
             model=model_path, data=tuple(data), workload_a=workload_a, workload_b=workload_b, device=device, top=top
         )
     )
+    for note in sorted({r["note"] for r in results if r.get("note")}):
+        err_console.print(f"[yellow]warning:[/yellow] {note}")
     if as_json:
         print_json(results if len(results) > 1 else results[0])
         return
