@@ -12,9 +12,10 @@ Per cell: avg and p95 JCT, SLO violations, makespan, utilization of every policy
 sharewise has the lowest average JCT (within 1%) with SLO violations <= every other sharing policy's and
 <= 1% of jobs; predicted/oracle average JCT of sharewise per Gavel cell; sharewise / exclusive-sjf on the
 heavy cell; SJF-BSBF / Tiresias next to the paper's 0.67-0.73 and PAL / Packed-Sticky (geometric-mean JCT)
-next to PAL's 0.58. Two ablations run beside the registered policies, scored against the same SLO:
-sharewise without preemption (what pausing long jobs for short ones adds), and sharewise sharing without
-its SLO check and without preemption, next to the best other policy (how much of a baseline's lead over
+next to PAL's 0.58. Three ablations run beside the registered policies, scored against the same SLO:
+sharewise without preemption (what pausing long jobs for short ones adds), without its SLO rescue (what
+pausing one side of a measured pair that breaks the SLO adds), and sharewise sharing without its SLO check
+and without preemption, next to the best other policy (how much of a baseline's lead over
 sharing alone is bought with SLO violations).
 
 Cells run in parallel processes (``--workers``), or as Ray tasks on a cluster with ``--address``.
@@ -40,6 +41,7 @@ SHARING = ("sjf-ffs", "sjf-bsbf", "sharewise")
 OURS = "sharewise"
 NO_SLO = "sharewise, sharing only, no SLO"
 NO_PREEMPT = "sharewise, no preemption"
+NO_RESCUE = "sharewise, no SLO rescue"
 WITHIN = 0.01  # "lowest average JCT" allows 1%
 MAX_SLO_SHARE = 0.01  # SLO violations at most 1% of the jobs
 GAVEL_CELLS = (("2869ce", 32, "light"), ("e13805", 16, "heavy"), ("6214e9", 160, "light"))
@@ -165,7 +167,12 @@ def run_cell(cell: Cell) -> dict:
     # long jobs adds), and its sharing without the SLO check (how much of a baseline's lead over sharing
     # alone is bought with SLO violations).
     out["ablations"] = {}
-    for label, knobs in ((NO_PREEMPT, {"preempt": False}), (NO_SLO, {"preempt": False, "max_slowdown": math.inf})):
+    ablations = (
+        (NO_PREEMPT, {"preempt": False}),
+        (NO_RESCUE, {"rescue": False}),
+        (NO_SLO, {"preempt": False, "max_slowdown": math.inf}),
+    )
+    for label, knobs in ablations:
         ablation = simulate(
             inputs.trace, functools.partial(get_policy(OURS), **knobs), inputs.truth, inputs.view,
             cluster=inputs.cluster, slo=config.max_slowdown, name=label, observe=inputs.observe,
@@ -173,6 +180,19 @@ def run_cell(cell: Cell) -> dict:
         out["ablations"][label] = ablation.metrics
     out["wall_s"] = time.perf_counter() - began
     return out
+
+
+def _ablation_ratios(results: list[dict], label: str) -> dict:
+    """Print and return sharewise's average JCT over that of ablation ``label``, per cell and view."""
+    ratios = {}
+    for r in results:
+        plain = r["ablations"][label]
+        ours = r["policies"][OURS]
+        x = ours["avg_jct"] / plain["avg_jct"]
+        ratios[f"{r['cell']['name']} ({r['cell']['view']})"] = x
+        print(f"  {r['cell']['name']:32s} {r['cell']['view']:9s} {x:.3f} ({ours['slo_violations']} vs "
+              f"{plain['slo_violations']} violations; {ours['preemptions']} preemptions)")
+    return ratios
 
 
 def run_all(cells: list[Cell], workers: int, address: str | None) -> list[dict]:
@@ -246,14 +266,10 @@ def report(results: list[dict]) -> dict:
             if not ok:
                 print(f"  not won: {name}: {why}")
     print(f"\nwhat preemption adds: sharewise / {NO_PREEMPT} (avg JCT; SLO violations, preemptions):")
-    summary["preemption"] = {}
-    for r in results:
-        plain = r["ablations"][NO_PREEMPT]
-        ours = r["policies"][OURS]
-        x = ours["avg_jct"] / plain["avg_jct"]
-        summary["preemption"][f"{r['cell']['name']} ({r['cell']['view']})"] = x
-        print(f"  {r['cell']['name']:32s} {r['cell']['view']:9s} {x:.3f} ({ours['slo_violations']} vs "
-              f"{plain['slo_violations']} violations; {ours['preemptions']} preemptions)")
+    summary["preemption"] = _ablation_ratios(results, NO_PREEMPT)
+    print(f"\nwhat the SLO rescue adds (pausing one side of a measured pair that breaks the SLO): sharewise / "
+          f"{NO_RESCUE} (avg JCT; SLO violations, preemptions):")
+    summary["rescue"] = _ablation_ratios(results, NO_RESCUE)
     print(f"\nthe SLO's price: {NO_SLO} next to the best registered policy other than ours (x its avg JCT; "
           "SLO violations):")
     summary["no_slo"] = {}

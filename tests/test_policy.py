@@ -355,6 +355,68 @@ def test_sharewise_preempts_a_long_job_for_a_short_one_while_the_slo_holds():
     assert sharewise(queue, cluster, tab, 1_000.0, preempt=False) == []
 
 
+def _rescue_case(s_ab, s_ba, work_b=1_000.0, queue_rows=(), start_a=-1_000.0, gpus=1):
+    """GPU 0 (and with ``gpus=2`` GPU 1: two 2-GPU jobs) holds job 0 (workload a: 10,000 s of work, 9,000 s
+    left, first started at ``start_a``) and job 1, which just joined it (workload b: ``work_b`` s of work,
+    all left, started now); the table holds the pair's measured slowdowns (a next to b ``s_ab``, b next to
+    a ``s_ba``); workload c may share with nobody."""
+    n = 20
+    remaining, work, start = np.zeros(n), np.ones(n), np.full(n, np.nan)
+    remaining[:2], work[:2], start[:2] = (9_000.0, work_b), (10_000.0, work_b), (start_a, 0.0)
+    workload = np.zeros(n, np.int64)
+    workload[1] = 1
+    ngpus = np.ones(n, np.int64)
+    ngpus[:2] = gpus
+    cluster = make_cluster(
+        [[0, 1]] * gpus, n, remaining=remaining, work=work, start=start, workload=workload, ngpus=ngpus
+    )
+    p = np.array([[1.5, s_ab, 1.5], [s_ba, 1.5, 1.5], [1.5, 1.5, 1.5]])
+    allowed = np.array([[True, True, False], [True, True, False], [False, False, False]])
+    return as_decision(sharewise(make_queue(queue_rows), cluster, table(p, allowed=allowed), 0.0))
+
+
+def test_sharewise_pauses_a_sharing_job_once_the_pair_breaks_the_slo():
+    # Measured 1.2 (a) and 3.0 (b): sharing on, b ends at 3 x 1,000 = 3,000 s, realized 3.0 > 2. Pausing b
+    # until a ends breaks b's SLO too ((9,000 + 1,000) / 1,000 = 10); pausing a until b ends (1,000 s) keeps
+    # both: b 1.0, a (1,000 + 1,000 + 9,000) / 10,000 = 1.1. So a, the resident, is paused, with or without
+    # a job waiting (the policy asks to be woken after a join to check the pair).
+    d = _rescue_case(1.2, 3.0)
+    assert d.preempt == (0,) and d.start == []
+    assert _rescue_case(1.2, 3.0, queue_rows=[(10, 50_000.0, 1, 2)]).preempt == (0,)
+    # Measured 1.5 and 1.5: b ends at 1,500 s (1.5), a at 1,500 + 9,000 - 1,500 / 1.5 = 9,500 s from now,
+    # (1,000 + 9,500) / 10,000 = 1.05: both hold, the pair shares on.
+    assert _rescue_case(1.5, 1.5).preempt == ()
+    # a is hurt (5.0) by a long b (20,000 s, 1.1): b ends at 22,000 s, a at 22,000 + 9,000 - 22,000 / 5 =
+    # 26,600 s, (1,000 + 26,600) / 10,000 = 2.76 > 2. Pausing b: a 1.0, b (9,000 + 20,000) / 20,000 = 1.45,
+    # both hold; pausing a: a (1,000 + 20,000 + 9,000) / 10,000 = 3.0. So b, the joiner, is paused.
+    assert _rescue_case(5.0, 1.1, work_b=20_000.0).preempt == (1,)
+    # Two 2-GPU jobs sharing both GPUs are checked alike: a is paused (1.1).
+    assert _rescue_case(1.2, 3.0, gpus=2).preempt == (0,)
+    # With a first started at -6,000, pausing it leaves it at (6,000 + 1,000 + 9,000) / 10,000 = 1.6: within
+    # the SLO, so a single-GPU a is paused; a multi-GPU job must also stay out of urgency, 2 - 0.5 x (2 - 1)
+    # = 1.5 (getting all its GPUs back may take longer), so the 2-GPU pair shares on.
+    assert _rescue_case(1.2, 3.0, start_a=-6_000.0).preempt == (0,)
+    assert _rescue_case(1.2, 3.0, start_a=-6_000.0, gpus=2).preempt == ()
+    # A hub: 2-GPU job 0 (a) shares GPU 0 with job 1 and GPU 1 with job 2 (b, 1,000 s each, just joined).
+    # Sharing on, job 0 ends by 1.2 x 9,000 = 10,800 s (1.18) and each b by min(3 x 1,000, 1,000 + 10,800 x
+    # (1 - 1/3)) = 3,000 s (3.0): two over the SLO. Pausing both b: 10 each. Pausing job 0 until the last b
+    # ends: the b 1.0, job 0 (1,000 + 1,000 + 9,000) / 10,000 = 1.1, within 1.5: job 0 is paused.
+    n = 20
+    remaining, work, start = np.zeros(n), np.ones(n), np.full(n, np.nan)
+    remaining[:3], work[:3], start[:3] = (9_000.0, 1_000.0, 1_000.0), (10_000.0, 1_000.0, 1_000.0), (-1_000.0, 0, 0)
+    workload, ngpus = np.ones(n, np.int64), np.ones(n, np.int64)
+    workload[0], ngpus[0] = 0, 2
+    cluster = make_cluster(
+        [[0, 1], [0, 2]], n, remaining=remaining, work=work, start=start, workload=workload, ngpus=ngpus
+    )
+    p = np.array([[1.5, 1.2], [3.0, 1.5]])
+    assert as_decision(sharewise(make_queue([]), cluster, table(p), 0.0)).preempt == (0,)
+    # Without preemption the policy never stops a job.
+    n = 20
+    cluster = make_cluster([[0, 1]], n, remaining=np.full(n, 1_000.0), work=np.full(n, 1_000.0), start=np.zeros(n))
+    assert sharewise(make_queue([]), cluster, table(np.full((1, 1), 3.0)), 0.0, preempt=False) == []
+
+
 def test_sharewise_restarts_a_preempted_job_before_its_slack_runs_out():
     # GPU 1 is free; job 0 (preempted: first start at s0, 10,000 s of work, 5,000 s left) and job 11 (50 s,
     # never started) wait; GPU 0 runs job 1 (150 s left: too short to preempt for either).

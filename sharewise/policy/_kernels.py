@@ -121,6 +121,17 @@ def lone_residents(occupancy, resident, job_workload, job_remaining, n_workloads
 
 
 @njit(cache=True, nogil=True)
+def shared_ends(e_a, e_b, s_a, s_b):  # pragma: no cover - compiled; ``interference_aware.shared_completion``
+    """When two jobs sharing from now end: ``e`` remaining exclusive times, ``s`` slowdowns next to each other;
+    the one that ends first does so at ``s * e``, the other then runs alone for the work it has left."""
+    f_a = s_a * e_a
+    f_b = s_b * e_b
+    if f_a <= f_b:
+        return f_a, f_a + e_b - f_a / s_b
+    return f_b + e_a - f_b / s_a, f_b
+
+
+@njit(cache=True, nogil=True)
 def release_times(resident, remaining, workload, speed, allowed, p50, m):  # pragma: no cover - compiled
     """Return the ``m`` soonest GPU releases (seconds from now, p50 slowdowns), ascending; a free GPU counts
     as 0. A pair's release is the later of its two ends (``shared_completion``)."""
@@ -141,16 +152,7 @@ def release_times(resident, remaining, workload, speed, allowed, p50, m):  # pra
         wb = workload[b]
         s_ab = p50[wa, wb] if allowed[wa, wb] else 1.0
         s_ba = p50[wb, wa] if allowed[wb, wa] else 1.0
-        e_a = remaining[a]
-        e_b = remaining[b]
-        f_a = s_ab * e_a
-        f_b = s_ba * e_b
-        if f_a <= f_b:
-            c_a = f_a
-            c_b = f_a + e_b - f_a / s_ba
-        else:
-            c_a = f_b + e_a - f_b / s_ab
-            c_b = f_b
+        c_a, c_b = shared_ends(remaining[a], remaining[b], s_ab, s_ba)
         out[gpu] = (c_a if c_a > c_b else c_b) / speed[gpu]
     if m < n_gpus:
         out = select_smallest(out, m)
@@ -890,3 +892,201 @@ def urgent_restarts(q_job, q_remaining, job_start, job_work, now, slo, delay, ur
     for i in range(m):
         out[i] = picked[order[i]]
     return out, wake
+
+
+@njit(cache=True, nogil=True)
+def _effective(x, gpus, resident, speed, node, cross, job_workload, q, n):  # pragma: no cover - compiled
+    """Job ``x`` on its GPUs ``gpus``: ``(slowdown, speed)``, its slowdown next to the jobs sharing its GPUs now
+    (it runs at the rate of its worst GPU) and its effective speed alone (slowest GPU over the cross-node
+    slowdown when it spans nodes)."""
+    slowest = np.inf
+    worst = np.inf
+    spans = False
+    for c in range(gpus.shape[0]):
+        g = gpus[c]
+        spans = spans or node[g] != node[gpus[0]]
+        slowest = min(slowest, speed[g])
+        o = resident[g, 1] if resident[g, 0] == x else resident[g, 0]
+        s_g = q[job_workload[x] * n + job_workload[o]] if o >= 0 else 1.0
+        worst = min(worst, speed[g] / s_g)
+    return slowest / worst, slowest / (cross if spans else 1.0)
+
+
+@njit(cache=True, nogil=True)
+def _pause_choice(share_bad, share_sum, bad_0, sum_0, bad_1, sum_1):  # pragma: no cover - compiled
+    """Which way on wins (-1 share on, 0 or 1 a pause): a pause only where it leaves fewer jobs over the
+    SLO, the one with the fewest, then the smallest summed end time."""
+    best, best_bad, best_sum = -1, share_bad, share_sum
+    if bad_0 < share_bad:
+        best, best_bad, best_sum = 0, bad_0, sum_0
+    if bad_1 < share_bad and (bad_1 < best_bad or (bad_1 == best_bad and sum_1 < best_sum)):
+        best = 1
+    return best
+
+
+@njit(cache=True, nogil=True)
+def _two_jobs(e_a, w_a, ran_a, s_a, d_a, lim_a, e_b, w_b, ran_b, s_b, d_b, lim_b, limit):  # pragma: no cover
+    """The way on for two jobs sharing only with each other (``slo_rescues``): -1 share on, 0 pause b, 1
+    pause a; ``lim_*`` the realized slowdown that job must keep when it is the one paused."""
+    c_a, c_b = shared_ends(e_a, e_b, s_a, s_b)
+    bad = int((ran_a + c_a) / w_a > limit) + int((ran_b + c_b) / w_b > limit)
+    if bad == 0:
+        return -1
+    bad_0 = int((ran_a + e_a) / w_a > limit) + int((ran_b + e_a + e_b + d_b) / w_b > lim_b)
+    bad_1 = int((ran_b + e_b) / w_b > limit) + int((ran_a + e_b + e_a + d_a) / w_a > lim_a)
+    return _pause_choice(bad, c_a + c_b, bad_0, 2 * e_a + e_b + d_b, bad_1, 2 * e_b + e_a + d_a)
+
+
+@njit(cache=True, nogil=True)
+def slo_rescues(
+    occupancy, resident, speed, node, cross, job_workload, job_remaining, job_work, job_start, job_ngpus, q, n, now,
+    slo, delay, urgency,
+):  # pragma: no cover - compiled; tested by hand-checked cases through the policy
+    """Step 0 of ``_preemption``: the jobs to pause where jobs sharing GPUs, at ``q`` (flattened slowdowns),
+    would not all end within the SLO and pausing some of them leaves fewer over it.
+
+    Jobs that share GPUs form groups: two jobs sharing only with each other (on one GPU or several), or a
+    hub sharing with several jobs that share with it alone; other groups are left as they are. A job runs
+    at the rate of its worst GPU (``_effective``: slowdown ``s``), and times are seconds at its effective
+    speed: ``e`` remaining alone, ``w`` its exclusive run time; its realized slowdown on a way on is (time
+    since its first start + time to its end) / ``w``. Three ways on are compared: share on; pause one side,
+    which restarts (with the restart cost) once the other side ends; pause the other side. A pause is taken
+    only where it leaves fewer jobs over the SLO than sharing on (``_pause_choice``), so GPUs are never
+    churned for nothing. A multi-GPU job is never the one paused: it may wait long to get all its GPUs back,
+    which the restart-when-the-other-ends picture does not see.
+
+    - Two jobs: sharing on ends them as ``shared_completion`` does (exact).
+    - A hub ``j`` and partners ``p``: ``j`` ends by ``t = s_j e_j``, and ``p`` by
+      ``min(s_p e_p, e_p + t (1 - 1/s_p))`` (the bounds of ``multi_join_holds``); paused, the partners
+      restart when ``j`` ends.
+
+    Two single-GPU jobs on a GPU are checked in the first pass over the GPUs; groups with a multi-GPU job,
+    rarer, are then gathered from the GPUs that hold one. Returns the jobs to pause."""
+    n_gpus = resident.shape[0]
+    out = np.empty(n_gpus, dtype=np.int64)
+    m = 0
+    limit = slo * (1.0 + 1e-9)
+    # A paused multi-GPU job must not become urgent by the time it restarts: getting all its GPUs back can
+    # take longer than the restart-when-the-other-ends picture assumes.
+    calm = slo - urgency * (slo - 1.0)
+    multi = np.empty(2 * n_gpus, dtype=np.int64)  # jobs of shared GPUs with a multi-GPU job, with repeats
+    n_multi = 0
+    for g in range(n_gpus):
+        if occupancy[g] != 2:
+            continue
+        a, b = resident[g, 0], resident[g, 1]
+        if job_ngpus[a] != 1 or job_ngpus[b] != 1:
+            multi[n_multi] = a
+            multi[n_multi + 1] = b
+            n_multi += 2
+            continue
+        sp = speed[g]
+        way = _two_jobs(
+            job_remaining[a] / sp, job_work[a] / sp, now - job_start[a], q[job_workload[a] * n + job_workload[b]],
+            delay / sp, limit,
+            job_remaining[b] / sp, job_work[b] / sp, now - job_start[b], q[job_workload[b] * n + job_workload[a]],
+            delay / sp, limit, limit,
+        )
+        if way >= 0:
+            out[m] = b if way == 0 else a
+            m += 1
+    if n_multi == 0:
+        return out[:m]
+    jobs = np.unique(multi[:n_multi])
+    k = jobs.shape[0]
+    # Each job's GPUs (``gpus[first[i]:first[i + 1]]``) and its distinct partners.
+    count = np.zeros(k + 1, dtype=np.int64)
+    slot_job = np.full((n_gpus, 2), -1, dtype=np.int64)
+    for g in range(n_gpus):
+        for slot in range(2):
+            r = resident[g, slot]
+            if r >= 0:
+                i = np.searchsorted(jobs, r)
+                if i < k and jobs[i] == r:
+                    slot_job[g, slot] = i
+                    count[i + 1] += 1
+    first = np.cumsum(count)
+    gpus = np.empty(first[k], dtype=np.int64)
+    fill = first[:k].copy()
+    for g in range(n_gpus):
+        for slot in range(2):
+            i = slot_job[g, slot]
+            if i >= 0:
+                gpus[fill[i]] = g
+                fill[i] += 1
+    partner = np.full(k, -1, dtype=np.int64)  # the one partner, -2 with several
+    for i in range(k):
+        for c in range(first[i], first[i + 1]):
+            g = gpus[c]
+            o = resident[g, 1] if resident[g, 0] == jobs[i] else resident[g, 0]
+            if o < 0 or o == partner[i]:
+                continue
+            partner[i] = o if partner[i] == -1 else -2
+    for i in range(k):
+        x = jobs[i]
+        if partner[i] >= 0:  # two jobs sharing only with each other: from the lower id
+            y = partner[i]
+            iy = np.searchsorted(jobs, y)
+            if y < x or partner[iy] != x:
+                continue
+            s_x, sp_x = _effective(x, gpus[first[i]:first[i + 1]], resident, speed, node, cross, job_workload, q, n)
+            s_y, sp_y = _effective(y, gpus[first[iy]:first[iy + 1]], resident, speed, node, cross, job_workload, q, n)
+            way = _two_jobs(
+                job_remaining[x] / sp_x, job_work[x] / sp_x, now - job_start[x], s_x, delay / sp_x,
+                limit if job_ngpus[x] == 1 else calm,
+                job_remaining[y] / sp_y, job_work[y] / sp_y, now - job_start[y], s_y, delay / sp_y,
+                limit if job_ngpus[y] == 1 else calm, limit,
+            )
+            if way >= 0:
+                out[m] = y if way == 0 else x
+                m += 1
+            continue
+        # A hub: every partner must share with it alone.
+        star = True
+        for c in range(first[i], first[i + 1]):
+            g = gpus[c]
+            o = resident[g, 1] if resident[g, 0] == x else resident[g, 0]
+            star = star and (o < 0 or partner[np.searchsorted(jobs, o)] == x)
+        if not star:
+            continue
+        s_j, sp_j = _effective(x, gpus[first[i]:first[i + 1]], resident, speed, node, cross, job_workload, q, n)
+        e_j, w_j, ran_j = job_remaining[x] / sp_j, job_work[x] / sp_j, now - job_start[x]
+        t = s_j * e_j
+        bad = int((ran_j + t) / w_j > limit)
+        share_sum = t
+        bad_0 = int((ran_j + e_j) / w_j > limit)  # way 0: the partners pause, the hub runs on alone
+        sum_0 = e_j
+        bad_1 = 0  # way 1: the hub pauses until its last partner ends
+        sum_1 = 0.0
+        last = 0.0
+        m0 = m
+        for c in range(first[i], first[i + 1]):
+            g = gpus[c]
+            p = resident[g, 1] if resident[g, 0] == x else resident[g, 0]
+            if p < 0:
+                continue
+            ip = np.searchsorted(jobs, p)
+            if gpus[first[ip]] != g:  # a multi-GPU partner: once, on its first GPU
+                continue
+            s_p, sp_p = _effective(p, gpus[first[ip]:first[ip + 1]], resident, speed, node, cross, job_workload, q, n)
+            e_p, w_p, ran_p = job_remaining[p] / sp_p, job_work[p] / sp_p, now - job_start[p]
+            end_p = min(s_p * e_p, e_p + t * (1 - 1 / s_p))
+            bad += int((ran_p + end_p) / w_p > limit)
+            share_sum += end_p
+            d_p = delay / sp_p
+            bad_0 += int((ran_p + e_j + e_p + d_p) / w_p > (limit if job_ngpus[p] == 1 else calm))
+            sum_0 += e_j + e_p + d_p
+            bad_1 += int((ran_p + e_p) / w_p > limit)
+            sum_1 += e_p
+            last = max(last, e_p)
+            out[m] = p
+            m += 1
+        bad_1 += int((ran_j + last + e_j + delay / sp_j) / w_j > calm)
+        sum_1 += last + e_j + delay / sp_j
+        way = _pause_choice(bad, share_sum, bad_0, sum_0, bad_1, sum_1) if bad else -1
+        if way != 0:
+            m = m0
+        if way == 1:
+            out[m] = x
+            m += 1
+    return out[:m]

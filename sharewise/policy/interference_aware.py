@@ -22,11 +22,12 @@ the gain holds at the pessimistic end of the predicted interval, and SLO-guarded
 3. **Learning.** Once a pair has run together its measured slowdown replaces the prediction (the simulator's
    observation, on by default; a cluster measures its running jobs' throughput), so every later decision
    about that pair is certain: p10 = p50 = p90 = measured.
-4. **Preemption** (``preempt``, on by default; ``_preemption`` states the rules): a preempted job whose SLO
-   slack runs low restarts before anything else, and after steps 1-2 a job still waiting may preempt jobs
-   with several times its remaining run time that hold their GPUs alone, where the victims' SLO still
-   holds after the wait (shortest remaining first, as SRPT). Pausing a long job costs it little of its
-   SLO, where sharing costs both jobs a slowdown for the whole time they share.
+4. **Preemption** (``preempt``, on by default; ``_preemption`` states the rules): where a shared pair,
+   once measured, would break a job's SLO, the side whose pause helps is paused (``rescue``, step 3 acted
+   on); a preempted job whose SLO slack runs low restarts before anything else, and after steps 1-2 a job
+   still waiting may preempt jobs with several times its remaining run time that hold their GPUs alone,
+   where the victims' SLO still holds after the wait (shortest remaining first, as SRPT). Pausing a long
+   job costs it little of its SLO, where sharing costs both jobs a slowdown for the whole time they share.
 """
 
 from __future__ import annotations
@@ -88,6 +89,7 @@ def sharewise(
     quantile: str = "p90",
     slo_quantile: str = "p90",
     preempt: bool = True,
+    rescue: bool = True,
 ) -> Decision | list[Placement]:
     """Place jobs shortest first on free GPUs by effective speed, then let waiting jobs join where it pays;
     with ``preempt``, restart urgent preempted jobs first and preempt long jobs for short ones (step 4).
@@ -105,13 +107,16 @@ def sharewise(
     preempt
         Step 4: urgent restarts and SLO-guarded preemption of long jobs for short ones. Off, the policy never
         stops a running job and returns plain placements.
+    rescue
+        With ``preempt``, pause one side of a shared pair whose measured slowdowns would break the SLO
+        (``_preemption.slo_rescues``); off for the ablation.
 
     Returns
     -------
     Decision (with ``preempt``) or list of Placement, e.g. ``Decision(start=[Placement(job=4, gpus=(17,))],
     preempt=(2,), wake_at=7200.0)``.
     """
-    if len(queue) == 0:
+    if len(queue) == 0 and not preempt:
         return []
     if max_slowdown is None:
         max_slowdown = cluster.slo
@@ -124,7 +129,11 @@ def sharewise(
 
     if not preempt:
         return place(queue, cluster)
-    return preempt_and_place(queue, cluster, now, max_slowdown, place)
+    if not rescue:
+        return preempt_and_place(queue, cluster, now, max_slowdown, place)
+    return preempt_and_place(
+        queue, cluster, now, max_slowdown, place, _pair_constants(table, slo_quantile)[1], _unsure(table)
+    )
 
 
 sharewise.preemptive = True  # the simulator calls it whenever jobs wait (it may stop running jobs)
@@ -260,6 +269,13 @@ def _pair_constants(table: SlowdownTable, quantile: str) -> tuple[np.ndarray, ..
     extra = q * (1 - 1 / q.T)
     joinable = ok.any(axis=0)
     return tuple(np.ascontiguousarray(x).ravel() for x in (ok, q, stretch, extra, joinable))
+
+
+@functools.lru_cache(maxsize=16)
+def _unsure(table: SlowdownTable) -> np.ndarray:
+    """Per workload pair, flattened: whether its slowdowns (either way) are predicted, not measured (p10 < p90)."""
+    spread = table.allowed & (table.p10 != table.p90)
+    return np.ascontiguousarray(spread | spread.T).ravel()
 
 
 def _sharing_savings(

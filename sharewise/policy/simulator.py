@@ -10,8 +10,9 @@ rate since it was scheduled is skipped by its version stamp.
 Semantics, stated once:
 
 - **When the policy runs.** Event-driven (default): after every arrival, completion or requested wake-up,
-  while jobs wait and a GPU slot is free (a preemptive policy runs whenever jobs wait; one that never shares,
-  ``shares_gpus = False``, only while a queued job fits on the free GPUs). Round-based
+  while jobs wait and a GPU slot is free (a preemptive policy runs whenever jobs wait, and at a wake-up it
+  asked for even when none waits; one that never shares, ``shares_gpus = False``, only while a queued job
+  fits on the free GPUs). Round-based
   (``round_s``, Gavel's 360 s rounds): only at multiples of ``round_s``; jobs that arrive or GPUs freed in
   between wait for the next round boundary.
 - **Preemption.** A ``Decision`` may stop running jobs; a stopped job keeps its progress, returns to the
@@ -249,9 +250,10 @@ class _Replay:
             affected: set[int] = set()
             self._complete(now, affected)
             self._arrive(now)
-            if now >= self.wake:
+            woken = now >= self.wake
+            if woken:
                 self.wake = math.inf
-            placed = self._schedule(now, affected) if self._may_schedule(now) else False
+            placed = self._schedule(now, affected, woken) if self._may_schedule(now) else False
             for j in sorted(affected):
                 if self.status[j] == _RUNNING:
                     self._set_rate(j, now)
@@ -344,9 +346,11 @@ class _Replay:
         """Bring the remaining work and attained service of every running job up to ``now``."""
         _kernels.advance(self.resident, float(now), self.anchor_t, self.remaining, self.rate, self.attained, self.ngpus)
 
-    def _schedule(self, now: float, affected: set[int]) -> bool:
-        """Show the policy the queue and the cluster; apply its decision. Return whether it started any job."""
-        if not self._waiting_work():
+    def _schedule(self, now: float, affected: set[int], woken: bool = False) -> bool:
+        """Show the policy the queue and the cluster; apply its decision. Return whether it started any job.
+
+        ``woken``: the policy asked to be called now; a preemptive one then runs even with no job waiting."""
+        if not (self._waiting_work() or (woken and self.preemptive)):
             return False
         self._refresh(now)
         queue = self.queue
