@@ -355,7 +355,7 @@ def test_sharewise_preempts_a_long_job_for_a_short_one_while_the_slo_holds():
     assert sharewise(queue, cluster, tab, 1_000.0, preempt=False) == []
 
 
-def _rescue_case(s_ab, s_ba, work_b=1_000.0, queue_rows=(), start_a=-1_000.0, gpus=1):
+def _rescue_case(s_ab, s_ba, work_b=1_000.0, queue_rows=(), start_a=-1_000.0, gpus=1, placed_at=None):
     """GPU 0 (and with ``gpus=2`` GPU 1: two 2-GPU jobs) holds job 0 (workload a: 10,000 s of work, 9,000 s
     left, first started at ``start_a``) and job 1, which just joined it (workload b: ``work_b`` s of work,
     all left, started now); the table holds the pair's measured slowdowns (a next to b ``s_ab``, b next to
@@ -370,6 +370,8 @@ def _rescue_case(s_ab, s_ba, work_b=1_000.0, queue_rows=(), start_a=-1_000.0, gp
     cluster = make_cluster(
         [[0, 1]] * gpus, n, remaining=remaining, work=work, start=start, workload=workload, ngpus=ngpus
     )
+    if placed_at is not None:
+        cluster = dataclasses.replace(cluster, placed_at=np.full(gpus, placed_at))
     p = np.array([[1.5, s_ab, 1.5], [s_ba, 1.5, 1.5], [1.5, 1.5, 1.5]])
     allowed = np.array([[True, True, False], [True, True, False], [False, False, False]])
     return as_decision(sharewise(make_queue(queue_rows), cluster, table(p, allowed=allowed), 0.0))
@@ -390,6 +392,11 @@ def test_sharewise_pauses_a_sharing_job_once_the_pair_breaks_the_slo():
     # 26,600 s, (1,000 + 26,600) / 10,000 = 2.76 > 2. Pausing b: a 1.0, b (9,000 + 20,000) / 20,000 = 1.45,
     # both hold; pausing a: a (1,000 + 20,000 + 9,000) / 10,000 = 3.0. So b, the joiner, is paused.
     assert _rescue_case(5.0, 1.1, work_b=20_000.0).preempt == (1,)
+    # Where the cluster says when each GPU's newest job came, only pairs formed in the last 2 s are checked:
+    # one formed 1 s ago is (the wake-up after a join comes 1 s after it), one formed an hour ago passed the
+    # check when it was first measured.
+    assert _rescue_case(1.2, 3.0, placed_at=-1.0).preempt == (0,)
+    assert _rescue_case(1.2, 3.0, placed_at=-3_600.0).preempt == ()
     # Two 2-GPU jobs sharing both GPUs are checked alike: a is paused (1.1).
     assert _rescue_case(1.2, 3.0, gpus=2).preempt == (0,)
     # With a first started at -6,000, pausing it leaves it at (6,000 + 1,000 + 9,000) / 10,000 = 1.6: within

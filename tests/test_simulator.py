@@ -287,6 +287,26 @@ def test_sharewise_pauses_a_long_job_for_a_short_one_hand_computed(delay):
     assert plain.finish.tolist() == pytest.approx([1000.0, 1010.0]) and plain.metrics["preemptions"] == 0
 
 
+def test_sharewise_rescues_the_slo_once_a_shared_pair_is_measured_hand_computed():
+    """One GPU. Job 0 (a, 10,000 s) starts at 0; job 1 (b, 1,000 s) arrives at 100. Predicted, b next to a
+    slows 1.4x at p90 and a 1.2x, so b joins (its wait of 9,900 s is worth the 633 s the pair stretches) and
+    the policy asks to be woken at 101. Measured, b slows 3.0x: sharing on, b would end at 101 + 3 x 999.67
+    s (realized 3.0); pausing a keeps both within the SLO (b 1.0007, a 1.1). So at 101, with no job
+    waiting, a is paused: b ends alone at 101 + 999.67 = 1,100.67, a restarts then and ends 9,899.17 s
+    later, at 10,999.83. Without the rescue b ends at 3,100 and breaks the SLO."""
+    trace = _trace([(0.0, 10_000.0, 1, "a"), (100.0, 1_000.0, 1, "b")])
+    truth = _table(s_ab=1.2, s_ba=3.0)
+    view = SlowdownTable(["a", "b"], np.array([[2.0, 1.0], [1.1, 2.0]]), np.array([[2.0, 1.1], [1.2, 2.0]]),
+                         np.array([[2.0, 1.2], [1.4, 2.0]]), np.ones((2, 2), bool), device_name=DEVICE,
+                         source="predicted")
+    r = simulate(trace, get_policy("sharewise"), truth, view, cluster=Cluster(1, 1))
+    assert r.finish.tolist() == pytest.approx([11_000.0 - 1 / 6, 1_100.0 + 2 / 3])
+    assert r.realized_slowdown.tolist() == pytest.approx([1.1 - 1 / 60_000, 1.0 + 2 / 3_000])
+    assert r.metrics["preemptions"] == 1 and r.metrics["slo_violations"] == 0
+    off = simulate(trace, functools.partial(get_policy("sharewise"), rescue=False), truth, view, cluster=Cluster(1, 1))
+    assert off.finish[1] == pytest.approx(3_100.0) and off.metrics["slo_violations"] == 1
+
+
 @pytest.mark.parametrize("seed", range(8))
 def test_sharewise_in_one_kernel_schedules_as_the_general_path(seed):
     """Where every placement is equally fast, sharewise runs a call as one compiled kernel

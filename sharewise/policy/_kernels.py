@@ -939,8 +939,8 @@ def _two_jobs(e_a, w_a, ran_a, s_a, d_a, lim_a, e_b, w_b, ran_b, s_b, d_b, lim_b
 
 @njit(cache=True, nogil=True)
 def slo_rescues(
-    occupancy, resident, speed, node, cross, job_workload, job_remaining, job_work, job_start, job_ngpus, q, n, now,
-    slo, delay, urgency,
+    occupancy, fresh, resident, speed, node, cross, job_workload, job_remaining, job_work, job_start, job_ngpus, q,
+    n, now, slo, delay, urgency,
 ):  # pragma: no cover - compiled; tested by hand-checked cases through the policy
     """Step 0 of ``_preemption``: the jobs to pause where jobs sharing GPUs, at ``q`` (flattened slowdowns),
     would not all end within the SLO and pausing some of them leaves fewer over it.
@@ -960,8 +960,9 @@ def slo_rescues(
       ``min(s_p e_p, e_p + t (1 - 1/s_p))`` (the bounds of ``multi_join_holds``); paused, the partners
       restart when ``j`` ends.
 
-    Two single-GPU jobs on a GPU are checked in the first pass over the GPUs; groups with a multi-GPU job,
-    rarer, are then gathered from the GPUs that hold one. Returns the jobs to pause."""
+    Only groups with a GPU marked in ``fresh`` are checked. Two single-GPU jobs on a GPU are checked in the
+    first pass over the GPUs; groups with a multi-GPU job, rarer, are then gathered from the GPUs that hold
+    one. Returns the jobs to pause."""
     n_gpus = resident.shape[0]
     out = np.empty(n_gpus, dtype=np.int64)
     m = 0
@@ -979,6 +980,8 @@ def slo_rescues(
             multi[n_multi] = a
             multi[n_multi + 1] = b
             n_multi += 2
+            continue
+        if not fresh[g]:
             continue
         sp = speed[g]
         way = _two_jobs(
@@ -1024,6 +1027,11 @@ def slo_rescues(
             partner[i] = o if partner[i] == -1 else -2
     for i in range(k):
         x = jobs[i]
+        new = False
+        for c in range(first[i], first[i + 1]):
+            new = new or fresh[gpus[c]]
+        if not new:  # every GPU the group shares is on x's: none of them formed its pair just now
+            continue
         if partner[i] >= 0:  # two jobs sharing only with each other: from the lower id
             y = partner[i]
             iy = np.searchsorted(jobs, y)

@@ -72,6 +72,9 @@ MAX_PREEMPTIONS = 8
 HEAD = 32
 #: Seconds of tolerance on urgency, so a wake-up never lands at the instant of the call that asked for it.
 TOLERANCE_S = 1.0
+#: Step 0 checks the groups of GPUs whose pair formed this long ago at most (the wake-up after a join comes
+#: ``TOLERANCE_S`` after it; twice that absorbs float error at large times).
+RECHECK_S = 2 * TOLERANCE_S
 
 Placer = Callable[[Queue, ClusterState], list[Placement]]
 
@@ -226,10 +229,20 @@ def _after(queue: Queue, cluster: ClusterState, occupancy: np.ndarray, start: li
 
 def slo_rescues(cluster: ClusterState, occupancy: np.ndarray, now: float, slo: float, pair_q: np.ndarray) -> list[int]:
     """Step 0: the jobs to pause where jobs sharing GPUs would break the SLO by sharing on
-    (``_kernels.slo_rescues`` states the rule)."""
+    (``_kernels.slo_rescues`` states the rule).
+
+    Only groups with a GPU whose pair formed in the last ``RECHECK_S`` are checked, where the cluster says
+    when (``ClusterState.placed_at``): a pair's slowdowns change only when it is first measured, right
+    after it forms (the wake-up after a join), and a pair formed of measured partners passed the join's
+    SLO check at the measured values; rates only rise when a partner leaves."""
+    shared = occupancy == 2
+    if cluster.placed_at is not None:
+        shared &= cluster.placed_at >= now - RECHECK_S
+    if not shared.any():
+        return []
     n = _side(pair_q.shape[0])
     jobs = _kernels.slo_rescues(
-        occupancy, cluster.resident, cluster.speed, cluster.node, float(cluster.cross_node_slowdown),
+        occupancy, shared, cluster.resident, cluster.speed, cluster.node, float(cluster.cross_node_slowdown),
         cluster.job_workload, cluster.job_remaining, cluster.job_work, cluster.job_start, cluster.job_ngpus, pair_q,
         n, float(now), float(slo), float(cluster.preempt_delay_s), URGENCY,
     )

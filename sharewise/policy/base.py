@@ -92,7 +92,8 @@ class ClusterState:
     ``job_arrival`` are indexed by job for every job, for policies that rank by attained service (Tiresias).
     ``occupied``,
     if given, is the number of jobs on each GPU as the owner of ``resident`` keeps it (the simulator does);
-    ``occupancy()`` copies it instead of counting.
+    ``occupancy()`` copies it instead of counting. ``placed_at``, if given, is when the newest job on each
+    GPU was placed there (NaN for a GPU that never held one), so a policy can tell a pair that just formed.
     """
 
     resident: np.ndarray
@@ -109,6 +110,7 @@ class ClusterState:
     job_attained: np.ndarray | None = None
     job_arrival: np.ndarray | None = None
     occupied: np.ndarray | None = None
+    placed_at: np.ndarray | None = None
 
     @property
     def n_gpus(self) -> int:

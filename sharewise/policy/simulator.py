@@ -196,6 +196,7 @@ class _Replay:
         self.resident = np.full((self.n_gpus, MAX_JOBS_PER_GPU), -1, dtype=np.int64)
         self.occupancy = np.zeros(self.n_gpus, dtype=np.int64)
         self.free_slots = MAX_JOBS_PER_GPU * self.n_gpus
+        self.placed_at = np.full(self.n_gpus, np.nan)  # when each GPU's newest job was placed there
         self.busy = 0  # GPUs holding at least one job
         self.busy_seconds = 0.0
 
@@ -214,6 +215,7 @@ class _Replay:
             job_attained=readonly(self.attained),
             job_arrival=readonly(self.arrival),
             occupied=readonly(self.occupancy),
+            placed_at=readonly(self.placed_at),
         )
         self.ro = {
             k: readonly(v)
@@ -428,6 +430,7 @@ class _Replay:
                         self.learned.append(pair)
             resident[g, slot] = j
             occupancy[g] = slot + 1
+            self.placed_at[g] = now
             self.free_slots -= 1
         sp = self.speed[gs].min()
         spans = len({int(self.node[g]) for g in gs}) > 1
