@@ -57,7 +57,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from sharewise.policy import _kernels
+from sharewise.policy import _kernels, transition
 from sharewise.policy.base import ClusterState, Decision, Placement, Queue, pick_free_gpus, readonly
 
 #: A waiting job may preempt jobs with more than this many times its remaining run time.
@@ -211,15 +211,11 @@ def _after(queue: Queue, cluster: ClusterState, occupancy: np.ndarray, start: li
     """The queue and cluster as ``place`` sees them once ``stopped`` left their GPUs and ``start`` took theirs."""
     resident = np.array(cluster.resident, copy=True)
     occ = occupancy.copy()
-    for j in stopped:
-        for g in np.flatnonzero((resident == j).any(axis=1)).tolist():
-            if resident[g, 0] == j:  # the partner, if any, moves to slot 0, as the simulator does
-                resident[g, 0] = resident[g, 1]
-            resident[g, 1] = -1
-            occ[g] -= 1
+    for j in stopped:  # the loop's own transition: stops, then starts
+        transition.vacate(resident, occ, j, transition.gpus_of(resident, j))
     for p in start:
-        resident[list(p.gpus), 0] = p.job
-        occ[list(p.gpus)] = 1
+        for g in p.gpus:
+            transition.place(resident, occ, p.job, g)
     keep = ~np.isin(queue.job, [p.job for p in start])
     fields = {f.name: getattr(queue, f.name) for f in dataclasses.fields(queue)}
     view = Queue(**{k: (readonly(np.asarray(v)[keep]) if v is not None else None) for k, v in fields.items()})

@@ -1,0 +1,532 @@
+"""The scheduling loop shared by the simulator and physical runs: arrivals, the queue, policy calls, the
+cluster's GPU slots and the metrics; a *world* behind it advances time and runs the jobs.
+
+Jobs arrive, wait in a queue, and are gang-scheduled by a policy on the GPUs they ask for (at most two jobs
+per GPU). The loop does not know how jobs progress: a ``World`` does. The simulated world
+(``simulator.SimWorld``) advances each running job at rate ``speed / slowdown`` from a table of measured
+pairs and predicts completions; the real world (``sharewise.runtime.world.RealWorld``) starts, pauses,
+resumes and polls job processes and reads their step reports. The policies are called with the same
+``ClusterState`` at the same events in both (STYLE.md practice 16: Gavel's ``simulate=True/False``).
+
+Semantics, stated once:
+
+- **When the policy runs.** Event-driven (default): after every arrival, completion or requested wake-up,
+  while jobs wait and a GPU slot is free (a preemptive policy runs whenever jobs wait, and at a wake-up it
+  asked for even when none waits; one that never shares, ``shares_gpus = False``, only while a queued job
+  fits on the free GPUs). Round-based (``round_s``, Gavel's 360 s rounds): only at multiples of ``round_s``;
+  jobs that arrive or GPUs freed in between wait for the next round boundary.
+- **Preemption.** A ``Decision`` may stop running jobs; a stopped job keeps its progress and returns to the
+  queue; what a restart costs is the world's (the simulator charges ``Cluster.preempt_delay_s`` of exclusive
+  run time; a physical run pays what resuming or restarting really takes). Its attained service (GPUs x
+  seconds run) keeps counting across restarts.
+- **Cluster transitions.** Stops first, then starts (``transition``): a job leaving a GPU moves its partner
+  to slot 0; a job placed takes the first empty slot. The policy's own view of the cluster after stops
+  (``_preemption``) uses the same functions.
+- **Observation.** When the world reports the measured slowdowns of two jobs that share a GPU, the policies'
+  table holds them from then on (both orders, p10 = p50 = p90 = measured), with ``observe``; the GPUs of
+  that pair count as just placed (``ClusterState.placed_at``), so a policy that re-checks fresh pairs sees
+  it. The simulator reports a pair when it forms; a physical run after it has watched the pair run.
+- **Metrics.** JCT = finish - arrival; queueing delay = first start - arrival; realized slowdown = (finish -
+  first start) x the speed of its last GPUs / exclusive run time (time preempted counts against it).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from sharewise.datasets.pair import both_orders
+from sharewise.errors import InvalidPlacementError
+from sharewise.policy import transition
+from sharewise.policy.base import (
+    MAX_JOBS_PER_GPU,
+    ClusterState,
+    Policy,
+    Queue,
+    as_decision,
+    check_placements,
+    readonly,
+)
+from sharewise.policy.cluster import Cluster
+from sharewise.policy.table import SlowdownTable
+from sharewise.stats import percentile
+
+#: Job states of the loop.
+WAITING, QUEUED, RUNNING, DONE, FAILED = 0, 1, 2, 3, 4
+
+
+@dataclass
+class SimulationResult:
+    """Per-job outcome of one policy run (arrays follow the trace order) and its metrics."""
+
+    policy: str
+    arrival: np.ndarray
+    duration: np.ndarray
+    start: np.ndarray
+    finish: np.ndarray
+    realized_slowdown: np.ndarray
+    busy_gpu_seconds: float
+    n_gpus: int
+    slo: float
+    wall_s: float = 0.0
+    policy_calls: int = 0
+    events: int = 0
+    preemptions: int = 0
+    metrics: dict = field(default_factory=dict)
+
+    @property
+    def jct(self) -> np.ndarray:
+        """Job completion time: finish minus arrival, seconds."""
+        return self.finish - self.arrival
+
+    def compute_metrics(self) -> dict:
+        """Return ``{"avg_jct", "p95_jct", "makespan", "avg_queue", "utilization", "slo_violations"}``.
+
+        Example: ``{"avg_jct": 5400.0, "p95_jct": 20000.0, "makespan": 86400.0, "avg_queue": 120.0,
+        "utilization": 0.81, "slo_violations": 3}``
+        """
+        jct = self.jct
+        makespan = float(self.finish.max() - self.arrival.min())
+        return {
+            "avg_jct": float(jct.mean()),
+            "p95_jct": percentile(jct, 95),
+            "makespan": makespan,
+            "avg_queue": float((self.start - self.arrival).mean()),
+            "utilization": float(self.busy_gpu_seconds / (self.n_gpus * makespan)) if makespan > 0 else 0.0,
+            # A small tolerance so float noise on a job that ran exactly at the SLO is not a violation.
+            "slo_violations": int((self.realized_slowdown > self.slo * (1 + 1e-9)).sum()),
+            "preemptions": int(self.preemptions),
+        }
+
+
+@dataclass(frozen=True)
+class Observation:
+    """Measured slowdowns of jobs ``a`` and ``b`` next to each other (each one's rate alone over its rate
+    while they shared a GPU). Example: ``Observation(a=3, b=7, slowdown_a=1.42, slowdown_b=1.18)``."""
+
+    a: int
+    b: int
+    slowdown_a: float
+    slowdown_b: float
+
+
+class World(Protocol):
+    """What runs the jobs behind the loop. Times are seconds since the run began; job ids index the trace.
+
+    The loop owns the cluster slots, the queue and each job's ``remaining`` work (exclusive seconds on a
+    speed-1.0 GPU), ``attained`` service and status; the world moves time and progress forward.
+    """
+
+    def tolerance(self, now: float) -> float:
+        """Two event times near ``now`` closer than this are the same instant (round boundaries)."""
+
+    def bind(self, loop: SchedulingLoop) -> None:
+        """Called once before the first event, with the loop whose arrays the world reads and updates."""
+
+    def advance(self, until: float) -> float:
+        """Move time to the next event of the world (a job ends, a measurement arrives) or ``until``,
+        whichever comes first; return the new time (``inf``: nothing will ever happen again)."""
+
+    def finished(self, now: float) -> list[tuple[int, int]]:
+        """Return ``(job, DONE or FAILED)`` for the jobs that ended by ``now``, in the order they ended."""
+
+    def refresh(self, now: float) -> None:
+        """Bring ``loop.remaining`` and ``loop.attained`` of every running job up to ``now``."""
+
+    def started(self, job: int, gpus: list[int], now: float, restart: bool) -> None:
+        """Job ``job`` was placed on ``gpus`` (already in ``loop.resident``); ``restart``: it ran before."""
+
+    def stopped(self, job: int, now: float) -> None:
+        """Running job ``job`` was preempted (already off its GPUs in ``loop.resident``)."""
+
+    def rate_changed(self, job: int, now: float) -> None:
+        """Running job ``job`` got or lost a partner on one of its GPUs at ``now``."""
+
+    def observations(self) -> list[Observation]:
+        """Measured slowdowns of sharing jobs since the last call (empty where nothing new was measured)."""
+
+    def pending(self) -> bool:
+        """Whether a running job will still end (a run with jobs waiting and none pending never ends)."""
+
+
+class SchedulingLoop:
+    """One run of one policy over the jobs of a trace, in a world (see the module docstring).
+
+    ``work`` is each job's exclusive run time on a speed-1.0 GPU (seconds), ``workload`` its id in
+    ``table``, the policy's view. ``line`` names the job in messages (its trace line).
+    """
+
+    def __init__(
+        self,
+        *,
+        arrival: np.ndarray,
+        work: np.ndarray,
+        gpus: np.ndarray,
+        workload: np.ndarray,
+        line: np.ndarray,
+        policy: Policy,
+        table: SlowdownTable,
+        world: World,
+        cluster: Cluster,
+        slo: float = 2.0,
+        name: str = "policy",
+        validate: bool = True,
+        observe: bool = True,
+        round_s: float | None = None,
+    ) -> None:
+        self.policy = policy
+        self.preemptive = bool(getattr(policy, "preemptive", False))
+        self.shares = bool(getattr(policy, "shares_gpus", True))
+        self.view = table
+        self.world = world
+        self.name = name
+        self.slo = float(slo)
+        self.validate = validate
+        self.observe = observe
+        self.round_s = round_s
+        self.line = line
+        self.began = time.perf_counter()
+        n = self.n = int(arrival.shape[0])
+        self.n_gpus = cluster.n_gpus
+        self.speed = cluster.speed_array()
+        self.node = cluster.node_array()
+        self.cross = float(cluster.cross_node_slowdown)
+
+        self.arrival = np.asarray(arrival, dtype=float)
+        self.duration = np.asarray(work, dtype=float)
+        self.ngpus = np.asarray(gpus, dtype=np.int64)
+        self.wl = np.asarray(workload, dtype=np.int64)
+        self.wl_list = self.wl.tolist()
+
+        self.remaining = self.duration.copy()  # exact at the last refresh for running jobs
+        self.attained = np.zeros(n)  # GPU-seconds run
+        self.start = np.full(n, np.nan)
+        self.finish = np.full(n, np.nan)
+        self.eff_speed = np.ones(n)  # speed the job would have alone on its GPUs, for the realized slowdown
+        self.eff_cross = np.ones(n)
+        self.status = np.zeros(n, dtype=np.int8)
+        self.job_gpus: list[list[int]] = [[] for _ in range(n)]
+        self.restarts = np.zeros(n, dtype=np.int64)
+
+        self.slots = transition.Slots(self.n_gpus)
+        self.resident, self.occupancy = self.slots.resident, self.slots.occupancy
+        self.placed_at = np.full(self.n_gpus, np.nan)  # when each GPU's newest job was placed there
+        self.busy_seconds = 0.0
+
+        self.state = ClusterState(
+            resident=readonly(self.resident),
+            node=readonly(self.node),
+            speed=readonly(self.speed),
+            job_remaining=readonly(self.remaining),
+            job_workload=readonly(self.wl),
+            job_ngpus=readonly(self.ngpus),
+            job_start=readonly(self.start),
+            job_work=readonly(self.duration),
+            cross_node_slowdown=self.cross,
+            slo=self.slo,
+            preempt_delay_s=float(cluster.preempt_delay_s),
+            job_attained=readonly(self.attained),
+            job_arrival=readonly(self.arrival),
+            occupied=readonly(self.occupancy),
+            placed_at=readonly(self.placed_at),
+        )
+        self.ro = {
+            k: readonly(v)
+            for k, v in (
+                ("arrival", self.arrival),
+                ("gpus", self.ngpus),
+                ("remaining", self.remaining),
+                ("wl", self.wl),
+                ("attained", self.attained),
+            )
+        }
+        self.observed: set[tuple[int, int]] = set()  # workload pairs the view holds measured (both orders)
+        self.learned: list[tuple[int, int, float, float]] = []  # what the view learned, in order
+        self.queue = np.empty(0, dtype=np.int64)
+        self._view: tuple[np.ndarray, Queue] | None = None
+        self.next_arrival = 0
+        self.wake = math.inf  # when the policy asked to be called again
+        self.last = 0.0
+        self.calls = 0
+        self.events = 0
+        self.preemptions = 0
+        world.bind(self)
+
+    # ---- the event loop ------------------------------------------------------------------------------
+    def run(self) -> SimulationResult:
+        world = self.world
+        while True:
+            t_arr = self.arrival[self.next_arrival] if self.next_arrival < self.n else math.inf
+            now = world.advance(min(t_arr, self.wake, self._next_round()))
+            if now == math.inf:
+                break
+            self.events += 1
+            self.busy_seconds += self.slots.busy * (now - self.last)
+            self.last = now
+            affected: set[int] = set()
+            for j, status in world.finished(now):
+                self._end(j, status, now, affected)
+            self._arrive(now)
+            woken = now >= self.wake
+            if woken:
+                self.wake = math.inf
+            if self._learn(now):
+                woken = True  # a measurement came in: a preemptive policy may act on it
+            placed = self._schedule(now, affected, woken) if self._may_schedule(now) else False
+            for j in sorted(affected):
+                if self.status[j] == RUNNING:
+                    world.rate_changed(j, now)
+            self._learn(now)
+            if not placed:
+                self._check_progress()
+        return self._result()
+
+    def _waiting_work(self) -> bool:
+        """Whether a policy call now could start something: jobs wait and a slot is free (or it preempts);
+        for a policy that never shares, a queued job fits on the free GPUs."""
+        if not self.queue.shape[0]:
+            return False
+        if self.preemptive:
+            return True
+        if not self.shares:
+            return self.n_gpus - self.slots.busy >= int(self.ngpus[self.queue].min())
+        return self.slots.free_slots > 0
+
+    def _next_round(self) -> float:
+        """The next round boundary at or after the last event, while work waits; inf otherwise."""
+        if self.round_s is None or not self._waiting_work():
+            return math.inf
+        k = math.ceil(self.last / self.round_s - 1e-12)
+        t = k * self.round_s
+        return t if t > self.last or self.events == 0 else (k + 1) * self.round_s
+
+    def _may_schedule(self, now: float) -> bool:
+        if self.round_s is None:
+            return True
+        k = round(now / self.round_s)
+        return abs(now - k * self.round_s) <= self.world.tolerance(now)
+
+    def _end(self, j: int, status: int, now: float, affected: set[int]) -> None:
+        """Job ``j`` ended now (done, or failed in a physical run): free its GPUs."""
+        self.status[j] = status
+        self.finish[j] = now
+        affected.discard(j)
+        self._vacate(j, affected)
+
+    def _vacate(self, j: int, affected: set[int]) -> None:
+        """Take job ``j`` off its GPUs; a partner left alone there changes rate."""
+        for partner in self.slots.vacate(j, self.job_gpus[j]):
+            affected.add(partner)
+        self.job_gpus[j] = []
+
+    def _arrive(self, now: float) -> None:
+        first = self.next_arrival
+        while self.next_arrival < self.n and self.arrival[self.next_arrival] <= now:
+            self.next_arrival += 1
+        if self.next_arrival > first:
+            self.status[first : self.next_arrival] = QUEUED
+            self.queue = np.concatenate([self.queue, np.arange(first, self.next_arrival)])
+
+    def _schedule(self, now: float, affected: set[int], woken: bool = False) -> bool:
+        """Show the policy the queue and the cluster; apply its decision. Return whether it started any job.
+
+        ``woken``: the policy asked to be called now (or a measurement came in); a preemptive one then runs
+        even with no job waiting."""
+        if not (self._waiting_work() or (woken and self.preemptive)):
+            return False
+        self.world.refresh(now)
+        queue = self.queue
+        q = self._queue_view(queue)
+        self.calls += 1
+        decision = as_decision(self.policy(q, self.state, self.view, now))
+        if decision.wake_at < math.inf:
+            self.wake = max(float(decision.wake_at), now)
+        stopped = [self._preempt(int(j), now, affected) for j in decision.preempt]
+        if stopped:
+            queue = self.queue = np.sort(np.concatenate([queue, np.array(stopped, dtype=np.int64)]))
+            q = self._queue_view(queue)
+        if not decision.start:
+            return bool(stopped)
+        if self.validate:
+            check_placements(decision.start, q, self.state, self.view, self.name)
+        for p in decision.start:
+            self._start(p, now, affected)
+        self.queue = queue[self.status[queue] == QUEUED]
+        return True
+
+    def _queue_view(self, queue: np.ndarray) -> Queue:
+        """The policy's view of the queued jobs ``queue``. Reused while the queue is the same array: queued
+        jobs' fields change only when they run, and starting, preempting or an arrival makes a new array."""
+        if self._view is not None and self._view[0] is queue:
+            return self._view[1]
+        ro = self.ro
+        view = Queue(
+            job=readonly(queue),
+            arrival=ro["arrival"][queue],
+            gpus=ro["gpus"][queue],
+            remaining=ro["remaining"][queue],
+            workload=ro["wl"][queue],
+            attained=ro["attained"][queue],
+        )
+        self._view = (queue, view)
+        return view
+
+    def _preempt(self, j: int, now: float, affected: set[int]) -> int:
+        """Stop running job ``j`` now: it keeps its progress and returns to the queue."""
+        if self.status[j] != RUNNING:
+            raise InvalidPlacementError(f"policy {self.name!r} preempted job {j}, which is not running")
+        self.status[j] = QUEUED
+        affected.discard(j)
+        self._vacate(j, affected)
+        self.world.stopped(j, now)
+        self.preemptions += 1
+        return j
+
+    def _start(self, p, now: float, affected: set[int]) -> int:
+        """Put job ``p.job`` on ``p.gpus`` now; its partners' rates change with it."""
+        j = int(p.job)
+        gs = [int(g) for g in p.gpus]
+        if not self.validate and self.status[j] != QUEUED:
+            raise InvalidPlacementError(f"policy {self.name!r} placed job {j}, which is not queued")
+        restart = bool(self.status[j] == QUEUED and math.isfinite(self.start[j]))
+        if restart:
+            self.restarts[j] += 1
+        else:
+            self.start[j] = now
+        self.status[j] = RUNNING
+        self.job_gpus[j] = gs
+        for g in gs:
+            partner = self.slots.place(j, g)
+            if partner >= 0:
+                affected.add(partner)
+            self.placed_at[g] = now
+        sp = self.speed[gs].min()
+        spans = len({int(self.node[g]) for g in gs}) > 1
+        self.eff_cross[j] = self.cross if spans else 1.0
+        self.eff_speed[j] = sp / self.eff_cross[j]
+        affected.add(j)
+        self.world.started(j, gs, now, restart)
+        return j
+
+    def _learn(self, now: float) -> bool:
+        """Take the world's new measurements into the policies' view (with ``observe``); return whether any
+        came in."""
+        found = self.world.observations()
+        if not found:
+            return False
+        if self.observe:
+            a = np.array([self.wl_list[o.a] for o in found], dtype=np.int64)
+            b = np.array([self.wl_list[o.b] for o in found], dtype=np.int64)
+            self.view = learn(self.view, a, b, np.array([o.slowdown_a for o in found]),
+                              np.array([o.slowdown_b for o in found]))
+            self.observed.update(zip(a.tolist(), b.tolist(), strict=True))
+            self.learned.extend((o_a, o_b, o.slowdown_a, o.slowdown_b)
+                                for o_a, o_b, o in zip(a.tolist(), b.tolist(), found, strict=True))
+            self.observed.update(zip(b.tolist(), a.tolist(), strict=True))
+            for o in found:
+                for g in set(self.job_gpus[o.a]) & set(self.job_gpus[o.b]):
+                    self.placed_at[g] = now
+        return True
+
+    # ---- stopping and resuming (physical runs) --------------------------------------------------------
+    def snapshot(self) -> dict:
+        """The loop's state between two events, as plain JSON values (``restore`` takes it back).
+
+        Example: ``{"now": 312.4, "status": [3, 2, 1], "start": [0.0, 40.2, None], ..., "queue": [2]}``.
+        """
+        def floats(a):
+            return [None if not math.isfinite(x) else float(x) for x in a.tolist()]
+
+        return {
+            "now": self.last, "status": self.status.tolist(), "start": floats(self.start),
+            "finish": floats(self.finish), "remaining": self.remaining.tolist(), "attained": self.attained.tolist(),
+            "restarts": self.restarts.tolist(), "next_arrival": self.next_arrival, "queue": self.queue.tolist(),
+            "wake": None if self.wake == math.inf else self.wake, "calls": self.calls, "events": self.events,
+            "preemptions": self.preemptions, "busy_seconds": self.busy_seconds,
+            "learned": [list(x) for x in self.learned],
+        }
+
+    def restore(self, snap: dict) -> None:
+        """Continue from ``snapshot()``: finished jobs stay finished; jobs that were running wait in the queue
+        with the work they had left (their processes are gone) and start again from there."""
+        def floats(a):
+            return np.array([math.nan if x is None else x for x in a], dtype=float)
+
+        self.last = float(snap["now"])
+        status = np.array(snap["status"], dtype=np.int8)
+        status[status == RUNNING] = QUEUED
+        self.status[:] = status
+        self.start[:] = floats(snap["start"])
+        self.finish[:] = floats(snap["finish"])
+        self.remaining[:] = snap["remaining"]
+        self.attained[:] = snap["attained"]
+        self.restarts[:] = snap["restarts"]
+        self.next_arrival = int(snap["next_arrival"])
+        self.queue = np.flatnonzero(self.status == QUEUED).astype(np.int64)
+        self.wake = math.inf if snap["wake"] is None else float(snap["wake"])
+        if self.queue.shape[0]:
+            self.wake = min(self.wake, self.last)  # the jobs that were running wait: call the policy at once
+        self.calls, self.events, self.preemptions = snap["calls"], snap["events"], snap["preemptions"]
+        self.busy_seconds = float(snap["busy_seconds"])
+        learned = snap.get("learned", [])
+        if learned and self.observe:
+            a, b, s_ab, s_ba = (np.array(x) for x in zip(*learned, strict=True))
+            self.view = learn(self.view, a.astype(np.int64), b.astype(np.int64), s_ab, s_ba)
+            self.learned = [tuple(x) for x in learned]
+            self.observed.update(zip(a.tolist(), b.tolist(), strict=True))
+            self.observed.update(zip(b.tolist(), a.tolist(), strict=True))
+
+    def _check_progress(self) -> None:
+        """Refuse a run that can never end: jobs wait on an idle cluster with nothing left to happen."""
+        if not self.queue.shape[0] or self.next_arrival < self.n or self.wake < math.inf:
+            return
+        if self._next_round() < math.inf and self.slots.free_slots:
+            return  # the next round boundary will call the policy
+        if not self.world.pending():
+            raise InvalidPlacementError(
+                f"policy {self.name!r} left {self.queue.shape[0]} job(s) waiting on an idle cluster with no "
+                f"arrivals left (first: trace line {int(self.line[self.queue[0]])}); it would never "
+                "finish"
+            )
+
+    def _result(self) -> SimulationResult:
+        realized = (self.finish - self.start) * self.eff_speed / self.duration
+        result = SimulationResult(
+            policy=self.name,
+            arrival=self.arrival,
+            duration=self.duration,
+            start=self.start,
+            finish=self.finish,
+            realized_slowdown=realized,
+            busy_gpu_seconds=self.busy_seconds,
+            n_gpus=self.n_gpus,
+            slo=self.slo,
+            wall_s=time.perf_counter() - self.began,
+            policy_calls=self.calls,
+            events=self.events,
+            preemptions=self.preemptions,
+        )
+        result.metrics = result.compute_metrics()
+        return result
+
+
+def learn(view: SlowdownTable, a: np.ndarray, b: np.ndarray, s_ab: np.ndarray, s_ba: np.ndarray) -> SlowdownTable:
+    """Return ``view`` holding the measured slowdowns ``s_ab`` (of ``a`` next to ``b``) and ``s_ba`` as certain
+    (p10 = p50 = p90) for the workload pairs ``(a, b)``; ``view`` itself where it holds them already."""
+    rows, cols = both_orders(a, b)
+    values = np.concatenate([s_ab, s_ba])
+    if np.all(view.p50[rows, cols] == values) and np.all(view.p90[rows, cols] == values):
+        return view
+    arrays = [q.copy() for q in (view.p10, view.p50, view.p90)]
+    for q in arrays:
+        q[rows, cols] = values
+    return SlowdownTable(
+        view.workloads, *arrays, view.allowed, device_name=view.device_name, source=view.source + "+observed"
+    )
+
+
+__all__ = ["MAX_JOBS_PER_GPU", "Observation", "SchedulingLoop", "SimulationResult", "World", "learn"]
