@@ -15,7 +15,7 @@ import pandas as pd
 
 from sharewise.datasets.tables import read_predictions
 from sharewise.datasets.traces import AUTO, TRACE_FORMATS, Trace, TraceContext, detect_format, load_trace
-from sharewise.errors import ConfigError, DatasetError
+from sharewise.errors import ConfigError, DatasetError, TraceError
 from sharewise.policy import get_policy, policy_names
 from sharewise.policy.simulator import Cluster, SimulationResult, seeded_speeds, simulate
 from sharewise.policy.table import SlowdownTable
@@ -223,6 +223,14 @@ def _load_trace(config: SimulationConfig, profiles: pd.DataFrame, truth: Slowdow
         n_gpus=config.n_gpus,
     )
     trace = load_trace(config.trace, format=fmt, context=context)
+    unknown = np.flatnonzero(~np.isfinite(trace.duration))
+    if unknown.shape[0]:
+        i = int(unknown[0])
+        raise TraceError(
+            f"{trace.source}:{int(trace.line[i])}: job {trace.job_id[i]!r} is given in steps, and dataset "
+            f"{config.data!r} holds no solo profile of {trace.workload[i]!r} on {device!r} to turn steps into "
+            "seconds; profile it ('sharewise profile') or give duration_s"
+        )
     if config.max_jobs is not None:
         trace = trace.head(config.max_jobs)
     return trace
@@ -336,7 +344,7 @@ SHARING_POLICIES = ("sjf-ffs", "sjf-bsbf", "sharewise")
 JCT_TOLERANCE = 0.01
 
 
-def verdict(sim: dict, ours: str = "sharewise") -> list[str]:
+def verdict(sim: dict, ours: str = "sharewise", unit: tuple[str, float] = ("h", 3600.0)) -> list[str]:
     """Say in plain words where ``ours`` stands in a ``simulate --json`` result, and why when it does not win.
 
     Ours wins a run when its average JCT is the lowest (within 1%) and it has no more SLO violations than any
@@ -353,7 +361,7 @@ def verdict(sim: dict, ours: str = "sharewise") -> list[str]:
     best_name = min(pol, key=lambda n: pol[n]["avg_jct"])
     best = pol[best_name]
     lines = []
-    head = f"{ours}: average JCT {mine['avg_jct'] / 3600:.2f} h"
+    head = f"{ours}: average JCT {mine['avg_jct'] / unit[1]:.2f} {unit[0]}"
     if "exclusive-sjf" in pol and pol["exclusive-sjf"]["avg_jct"] > 0:
         head += f", {mine['avg_jct'] / pol['exclusive-sjf']['avg_jct']:.2f}x exclusive-sjf"
     head += f", {mine['slo_violations']} SLO violation(s) of {sim['jobs']} jobs"

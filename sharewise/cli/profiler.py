@@ -41,6 +41,10 @@ def _config(settings: dict, **extra):
     from sharewise.profiler.config import RunConfig, default_mode
 
     device = settings["device"]
+    if settings.get("slots") is not None:
+        from sharewise.runtime.slots import pin_to_slot
+
+        pin_to_slot(device, settings["slots"])
     return RunConfig(
         mode=settings["mode"] or default_mode(device),
         size=settings["size"],
@@ -59,6 +63,9 @@ def _config(settings: dict, **extra):
 
 
 DEVICE = typer.Option("cpu", "--device", "-d", help="cpu, cuda or cuda:N.")
+SLOTS = typer.Option(
+    None, "--slots", help="CPU only: measure on the first of N equal core sets, the device 'run --slots N' uses."
+)
 MODE = typer.Option(
     None,
     "--mode",
@@ -107,6 +114,7 @@ def profile(
     workload: list[str] = typer.Argument(..., help="Workload names or path/to/file.py:Class specs."),
     out: Path = typer.Option(..., "--out", "-o", help="Dataset folder to add the profiles to."),
     device: str = DEVICE,
+    slots: int = SLOTS,
     mode: str = MODE,
     size: str = SIZE,
     batch_size: int = BATCH,
@@ -192,6 +200,7 @@ def pairs(
         ..., "--out", "-o", help="Dataset folder (created if missing; resumes if present)."
     ),
     device: str = DEVICE,
+    slots: int = SLOTS,
     mode: str = MODE,
     size: str = SIZE,
     batch_size: int = BATCH,

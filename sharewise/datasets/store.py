@@ -35,6 +35,20 @@ def utc_now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
 
 
+def write_json_atomic(path: str | os.PathLike, data, *, indent: int = 1, sort_keys: bool = False) -> None:
+    """Write ``data`` as JSON to ``path`` atomically (a temporary file beside it, then a rename), so a reader or
+    a stop never sees half a file; numpy scalars are numbers, anything else unknown is its string."""
+    path = Path(path)
+    tmp = path.with_name(f"{_TMP_PREFIX}{uuid.uuid4().hex}.json")
+    tmp.write_text(json.dumps(data, indent=indent, sort_keys=sort_keys, default=_json_value))
+    os.replace(tmp, path)
+
+
+def _json_value(value):
+    item = getattr(value, "item", None)  # a numpy scalar
+    return item() if callable(item) else str(value)
+
+
 def reference_path() -> Path:
     """Return the folder of the reference dataset shipped inside the package."""
     return Path(__file__).resolve().parent / REFERENCE_NAME
@@ -85,10 +99,7 @@ class Dataset:
     def write_meta(self, meta: dict) -> None:
         """Write ``meta.json`` (machine description, campaign settings) atomically."""
         self.path.mkdir(parents=True, exist_ok=True)
-        payload = {"schema_version": SCHEMA_VERSION, **meta}
-        tmp = self.path / f"{_TMP_PREFIX}{uuid.uuid4().hex}.json"
-        tmp.write_text(json.dumps(payload, indent=2, sort_keys=True, default=str))
-        os.replace(tmp, self.path / _META_NAME)
+        write_json_atomic(self.path / _META_NAME, {"schema_version": SCHEMA_VERSION, **meta}, sort_keys=True)
 
     # ---- reading -------------------------------------------------------------------------------------
     def read_meta(self) -> dict:

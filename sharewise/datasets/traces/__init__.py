@@ -33,7 +33,9 @@ class Trace:
     """Jobs to replay, sorted by arrival; all arrays have one entry per job.
 
     ``duration`` is the exclusive run time in seconds on a speed-1.0 GPU; ``line`` is the job's line in the
-    source file (for messages); ``notes`` lists assumptions made while loading.
+    source file (for messages); ``notes`` lists assumptions made while loading. ``steps``, where the file gives
+    them (the generic CSV's ``steps`` column), is each job's length in training steps; a physical run
+    (``sharewise run``) runs that many, and ``duration`` is then the steps at the device's solo throughput.
 
     Example (two jobs)::
 
@@ -51,6 +53,7 @@ class Trace:
     source: str = ""
     format: str = "csv"
     notes: tuple[str, ...] = field(default=())
+    steps: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.arrival.shape[0])
@@ -67,6 +70,7 @@ class Trace:
             self.source,
             self.format,
             self.notes,
+            None if self.steps is None else self.steps[keep],
         )
 
     def head(self, n: int) -> Trace:

@@ -1,4 +1,10 @@
-"""The generic trace CSV: ``job_id, arrival_s, duration_s, gpus, workload``, one job a line, in arrival order."""
+"""The generic trace CSV: ``job_id, arrival_s, gpus, workload`` and ``duration_s`` or ``steps``, one job a line,
+in arrival order.
+
+``duration_s`` is the job's solo run time in seconds; ``steps`` its length in training steps, which the
+device's solo throughput (the dataset's profiles, ``TraceContext.throughputs``) turns into a duration for the
+simulator, and which a physical run runs as they are. A file gives one of the two columns.
+"""
 
 from __future__ import annotations
 
@@ -13,14 +19,21 @@ from sharewise.datasets.traces._fields import numeric_column, read_csv, whole_co
 from sharewise.errors import TraceError
 
 GENERIC_COLUMNS = ("job_id", "arrival_s", "duration_s", "gpus", "workload")
+#: The columns every generic trace has; the length is ``duration_s`` or ``steps``.
+REQUIRED = ("job_id", "arrival_s", "gpus", "workload")
 
 
 def read_generic_csv(path: Path, context: TraceContext | None = None) -> Trace:
     """Read a generic trace CSV (arrivals must not decrease, job ids unique, every field filled)."""
     path = Path(path)
-    df = read_csv(path, GENERIC_COLUMNS)
+    df = read_csv(path, REQUIRED)
+    has = [c for c in ("duration_s", "steps") if c in df.columns]
+    if len(has) != 1:
+        raise TraceError(
+            f"{path}: give each job's length as exactly one of the columns 'duration_s' (solo seconds) or "
+            f"'steps' (training steps), got {has or 'neither'}"
+        )
     arrival = numeric_column(df, "arrival_s", path, positive=False)
-    duration = numeric_column(df, "duration_s", path, positive=True)
     gpus = whole_column(df, "gpus", path)
     decreasing = np.flatnonzero(np.diff(arrival) < 0)
     if decreasing.shape[0]:
@@ -43,6 +56,12 @@ def read_generic_csv(path: Path, context: TraceContext | None = None) -> Trace:
             f"{path}:{int(later) + 2}: job_id {job_id[dup]!r} repeats the job of line {dup + 2}; job ids "
             "must be unique"
         )
+    steps = None
+    if has == ["steps"]:
+        steps = whole_column(df, "steps", path)
+        duration = _steps_to_seconds(steps, workload, path, context)
+    else:
+        duration = numeric_column(df, "duration_s", path, positive=True)
     return Trace(
         job_id=job_id,
         arrival=arrival,
@@ -52,27 +71,30 @@ def read_generic_csv(path: Path, context: TraceContext | None = None) -> Trace:
         line=np.arange(2, len(df) + 2),
         source=str(path),
         format="csv",
+        steps=steps,
     )
+
+
+def _steps_to_seconds(steps: np.ndarray, workload: np.ndarray, path: Path, context: TraceContext | None) -> np.ndarray:
+    """Each job's steps over its workload's solo steps/s on the device (NaN where no throughput is known yet:
+    a physical run measures it before it needs it)."""
+    rates = (context.throughputs if context is not None else None) or {}
+    return np.array([s / rates[w] if rates.get(w, 0) > 0 else np.nan for s, w in zip(steps, workload, strict=True)])
 
 
 def write_generic_csv(trace: Trace, path: str | os.PathLike) -> Path:
     """Write ``trace`` as a generic trace CSV that ``read_generic_csv`` reads back unchanged."""
     path = Path(path)
+    length = {"duration_s": trace.duration} if trace.steps is None else {"steps": trace.steps}
     pd.DataFrame(
-        {
-            "job_id": trace.job_id,
-            "arrival_s": trace.arrival,
-            "duration_s": trace.duration,
-            "gpus": trace.gpus,
-            "workload": trace.workload,
-        }
+        {"job_id": trace.job_id, "arrival_s": trace.arrival, **length, "gpus": trace.gpus, "workload": trace.workload}
     ).to_csv(path, index=False)
     return path
 
 
 FORMAT = TraceFormat(
     name="csv",
-    summary="generic CSV: job_id, arrival_s, duration_s, gpus, workload",
+    summary="generic CSV: job_id, arrival_s, gpus, workload, and duration_s or steps",
     read=read_generic_csv,
     detect=lambda path, header: True,  # the fallback: any other file is read as the generic CSV
 )

@@ -1,0 +1,349 @@
+"""``sharewise run``: a trace's jobs run for real on the local devices, under each policy in turn.
+
+The same scheduling loop and policy objects as ``simulate`` (``sharewise.policy.loop``), over a real world
+(``sharewise.runtime.world``). One call:
+
+1. **Prepare** (nothing starts before every input is checked): the trace (generic CSV with ``steps`` or
+   ``duration_s``; a duration becomes steps at the dataset's solo throughput), the slots, the dataset's pairs
+   for the run's device (the policies' knowledge: predictions by default, as ``simulate`` shows them), the
+   memory rule of ``recommend`` (two jobs share a slot only where their memory limits fit it together).
+2. **Calibrate** (``calibrate_s`` > 0): each workload of the trace runs alone for a few seconds, so its solo
+   step time and start-up time are those of this sitting (this machine's speed moves by a third from day to
+   day); the policies' unit of work is that step time. Kept in ``RUNDIR/sitting.json``.
+3. **Run** each policy: ``RUNDIR/<policy>/run.json`` with every job's arrival, starts, pauses, finish, JCT,
+   realized slowdown and status, and the metrics of ``simulate``. Pairs that share a slot are measured as they
+   run and written as observed pair rows to ``RUNDIR/observed/`` (a dataset folder ``sharewise train`` reads).
+   After every event the loop's state is saved (``RUNDIR/<policy>/state.json``); a stopped run resumes from it.
+4. **Compare** (``compare_sim``): the same trace simulated on the same slots under the same policy, with the
+   simulator's truth measured in this sitting (each workload's solo step time and start-up time, each
+   pair's slowdowns as observed by the runs; a pair the runs never formed takes the dataset's value, said in
+   the notes), and per policy the physical and simulated JCTs side by side.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from sharewise.app.run_compare import compare
+from sharewise.app.run_inputs import (
+    CALIBRATE_S,  # noqa: F401 - the CLI's default
+    DEFAULT_POLICIES,  # noqa: F401 - the CLI's default
+    PhysicalConfig,
+    RunInputs,
+    calibrate,
+    prepare,
+    step_times,
+)
+from sharewise.datasets.store import Dataset, utc_now, write_json_atomic
+from sharewise.policy import get_policy
+from sharewise.policy.cluster import Cluster
+from sharewise.policy.loop import DONE, FAILED, SchedulingLoop, SimulationResult
+from sharewise.runtime.jobs import JobSpec
+from sharewise.runtime.slots import Layout
+from sharewise.runtime.world import RealWorld, Sitting
+
+_JSON_DECIMALS = 4
+OBSERVED = "observed"
+
+
+@dataclass
+class PolicyRun:
+    """One policy's physical run: the loop's result and what ``run.json`` records per job."""
+
+    name: str
+    result: SimulationResult
+    jobs: list[dict]
+    complete: bool
+    wall_s: float
+    observed_pairs: int = 0
+
+
+@dataclass
+class RunReport:
+    """The runs of every policy, the comparison with the simulator where asked, and the notes."""
+
+    config: PhysicalConfig
+    runs: dict[str, PolicyRun]
+    layout: Layout
+    view: str
+    notes: list[str] = field(default_factory=list)
+    comparison: dict | None = None
+    sitting_source: str = ""
+
+    def metrics_json(self) -> dict:
+        """The ``simulate --json`` shape of the physical runs (``verdict`` reads it)."""
+        n = len(next(iter(self.runs.values())).result.arrival) if self.runs else 0
+        return {
+            "jobs": n,
+            "gpus": self.layout.n_slots,
+            "view": self.view,
+            "observe": self.config.observe,
+            "policies": {name: _rounded(r.result.metrics) for name, r in self.runs.items()},
+        }
+
+    def to_json(self) -> dict:
+        """Return the ``--json`` object: the metrics of every run, the verdict, the comparison, the notes."""
+        from sharewise.app.simulate import verdict
+
+        out = self.metrics_json()
+        out["device"] = {"kind": self.layout.device, "mode": self.layout.mode, "slots": self.layout.n_slots,
+                         "device_name": self.layout.device_name}
+        out["verdict"] = verdict(out, unit=("s", 1.0))
+        out["runs"] = {name: {"complete": r.complete, "wall_s": round(r.wall_s, 1), "jobs": r.jobs}
+                       for name, r in self.runs.items()}
+        if self.comparison is not None:
+            out["comparison"] = self.comparison
+        out["notes"] = self.notes
+        return out
+
+
+# ---- running -----------------------------------------------------------------------------------------
+def run_policy(name: str, inputs: RunInputs, config: PhysicalConfig, out: Path, sitting: Sitting,
+               progress=None, launcher=None, env: dict[str, str] | None = None) -> PolicyRun:
+    """Run the trace for real under policy ``name`` (resuming ``out/<name>/state.json`` if a stop left one)."""
+    folder = out / name
+    folder.mkdir(parents=True, exist_ok=True)
+    step_s, startup_s = step_times(inputs, sitting)
+    steps = np.array([s.steps for s in inputs.specs], dtype=float)
+    observed = Dataset(out / OBSERVED)
+
+    def on_pair(spec_a: JobSpec, spec_b: JobSpec, values: dict) -> None:
+        observed.write_pairs(pd.DataFrame([_observed_row(spec_a, spec_b, values, inputs, name)]))
+
+    world = RealWorld(inputs.specs, step_s, startup_s, inputs.layout, folder, sitting, on_pair=on_pair,
+                      launcher=launcher, extra_env=env, poll_s=config.poll_s)
+    loop = SchedulingLoop(
+        arrival=np.asarray(inputs.trace.arrival, dtype=float), work=startup_s + steps * step_s,
+        gpus=np.asarray(inputs.trace.gpus, dtype=np.int64), workload=inputs.table.ids([s.name for s in inputs.specs]),
+        line=inputs.trace.line, policy=get_policy(name), table=inputs.table, world=world,
+        cluster=Cluster(n_gpus=inputs.layout.n_slots, gpus_per_node=inputs.layout.n_slots), slo=config.max_slowdown,
+        name=name, observe=config.observe, round_s=config.round_s,
+    )
+    state_path = folder / "state.json"
+    if state_path.is_file():
+        _restore(loop, world, json.loads(state_path.read_text()))
+
+    def save() -> None:
+        write_json_atomic(state_path, {"loop": loop.snapshot(), "world": _world_state(world), "saved_at": utc_now()})
+        write_json_atomic(out / "sitting.json", sitting.to_json())
+        if progress is not None:
+            progress("event", policy=name, done=int(np.isin(loop.status, (DONE, FAILED)).sum()), total=loop.n,
+                     running=len(world.live), now=loop.last)
+
+    world.on_event = save
+    _warm_policy(name, inputs)
+    began = time.perf_counter()
+    world.t0 = time.time() - loop.last
+    try:
+        result = loop.run()
+    finally:
+        world.shutdown()
+        save()
+    jobs = _jobs_json(loop, world, inputs)
+    run = PolicyRun(name, result, jobs, True, time.perf_counter() - began, len(loop.learned))
+    write_json_atomic(folder / "run.json", _run_json(run, inputs, config))
+    return run
+
+
+def _warm_policy(name: str, inputs: RunInputs) -> None:
+    """Call the policy once on an empty cluster before the clock starts: compiled kernels load (or compile,
+    on a first install) here, not in the middle of the run."""
+    from sharewise.policy.base import ClusterState, Queue
+
+    n = len(inputs.specs)
+    lay = inputs.layout
+    resident = np.full((lay.n_slots, 2), -1, dtype=np.int64)
+    state = ClusterState(resident=resident, node=np.zeros(lay.n_slots, dtype=np.int64), speed=np.ones(lay.n_slots),
+                         job_remaining=np.ones(n), job_workload=np.zeros(n, dtype=np.int64),
+                         job_ngpus=np.ones(n, dtype=np.int64), job_start=np.full(n, np.nan), job_work=np.ones(n),
+                         job_attained=np.zeros(n), job_arrival=np.zeros(n),
+                         occupied=np.zeros(lay.n_slots, dtype=np.int64), placed_at=np.full(lay.n_slots, np.nan))
+    queue = Queue(job=np.arange(1), arrival=np.zeros(1), gpus=np.ones(1, dtype=np.int64), remaining=np.ones(1),
+                  workload=np.zeros(1, dtype=np.int64), attained=np.zeros(1))
+    get_policy(name)(queue, state, inputs.table, 0.0)
+
+
+def _restore(loop: SchedulingLoop, world: RealWorld, state: dict) -> None:
+    loop.restore(state["loop"])
+    for j, rec in enumerate(world.jobs):
+        saved = state["world"]["jobs"][j]
+        rec.steps = int(saved["steps"])
+        rec.events = saved["events"]
+        rec.startups = saved["startups"]
+        rec.solo_steps, rec.solo_s = saved["solo_steps"], saved["solo_s"]
+        rec.exit = saved["exit"]
+        rec.last_step_t = math.nan if saved["last_step_t"] is None else saved["last_step_t"]
+        if loop.status[j] not in (DONE, FAILED):
+            loop.remaining[j] = max(rec.spec.steps - rec.steps, 0) * rec.step_s
+
+
+def _world_state(world: RealWorld) -> dict:
+    return {"jobs": [
+        {"steps": r.steps, "events": r.events, "startups": r.startups, "solo_steps": r.solo_steps, "solo_s": r.solo_s,
+         "exit": r.exit, "last_step_t": None if math.isnan(r.last_step_t) else r.last_step_t}
+        for r in world.jobs
+    ]}
+
+
+def _jobs_json(loop: SchedulingLoop, world: RealWorld, inputs: RunInputs) -> list[dict]:
+    out = []
+    status_name = {DONE: "done", FAILED: "failed"}
+    realized = (loop.finish - loop.start) * loop.eff_speed / loop.duration
+    for j, spec in enumerate(inputs.specs):
+        rec = world.job_json(j)
+        status = status_name.get(int(loop.status[j]), "unfinished")
+        if status == "failed" and rec["exit"]:
+            status = rec["exit"]["status"]
+        out.append({
+            "job_id": spec.job_id, "workload": spec.name, "spec": spec.workload, "gpus": int(loop.ngpus[j]),
+            "arrival": float(loop.arrival[j]), "start": _num(loop.start[j]), "finish": _num(loop.finish[j]),
+            "jct": _num(loop.finish[j] - loop.arrival[j]), "realized_slowdown": _num(realized[j]),
+            "work_s": round(float(loop.duration[j]), 3), "status": status, "restarts": int(loop.restarts[j]),
+            **{k: v for k, v in rec.items() if k != "workload"},
+        })
+    return out
+
+
+def _run_json(run: PolicyRun, inputs: RunInputs, config: PhysicalConfig) -> dict:
+    lay = inputs.layout
+    return {
+        "policy": run.name, "trace": config.trace, "complete": run.complete, "created_at": utc_now(),
+        "device": {"kind": lay.device, "mode": lay.mode, "slots": lay.n_slots, "device_name": lay.device_name,
+                   "knowledge": inputs.device},
+        "view": inputs.view_name, "metrics": _rounded(run.result.metrics), "wall_s": round(run.wall_s, 1),
+        "policy_calls": run.result.policy_calls, "observed_pairs": run.observed_pairs, "jobs": run.jobs,
+        "notes": inputs.notes,
+    }
+
+
+def _observed_row(spec_a: JobSpec, spec_b: JobSpec, values: dict, inputs: RunInputs, policy: str) -> dict:
+    """A pairs-table row of a pair observed in a run (``source`` = ``observed``; pooled over its pairings)."""
+    import socket
+
+    lay = inputs.layout
+    return {
+        "workload_a": spec_a.name, "workload_b": spec_b.name, "device_kind": lay.device,
+        "device_name": lay.device_name, "mode": lay.mode, "solo_a": values["solo_a"], "solo_b": values["solo_b"],
+        "coloc_a": values["coloc_a"], "coloc_b": values["coloc_b"], "slowdown_a": values["slowdown_a"],
+        "slowdown_b": values["slowdown_b"], "trials": int(values["trials"]), "cv_a": math.nan, "cv_b": math.nan,
+        "status": "ok", "error": "", "created_at": utc_now(), "source": OBSERVED, "host": socket.gethostname(),
+        "window_s": values["window_s"], "steps_a": int(values["steps_a"]), "steps_b": int(values["steps_b"]),
+        "size": spec_a.size, "isolation": f"run:{policy}",
+    }
+
+
+# ---- the whole command -------------------------------------------------------------------------------
+def run_physical(config: PhysicalConfig, progress: Callable | None = None, launcher=None) -> RunReport:
+    """Prepare, calibrate, run every policy (skipping those a previous call finished), compare if asked.
+
+    Returns
+    -------
+    RunReport
+        ``runs`` maps each policy to its ``PolicyRun``; ``to_json()`` is the ``--json`` object, e.g.
+        ``{"jobs": 16, "gpus": 1, "policies": {"sharewise": {"avg_jct": 81.2, ...}}, "verdict": [...],
+        "comparison": {"sharewise": {"avg_jct_physical": 81.2, "avg_jct_simulated": 78.9, ...}}}``.
+    """
+    from sharewise.profiler.interrupts import StopSignals
+
+    inputs = prepare(config)
+    out = Path(config.out)
+    out.mkdir(parents=True, exist_ok=True)
+    sitting_path = out / "sitting.json"
+    sitting = Sitting.from_json(json.loads(sitting_path.read_text())) if sitting_path.is_file() else Sitting()
+    runs: dict[str, PolicyRun] = {}
+    with StopSignals(), _devices(config, inputs) as (launch, env):
+        if config.calibrate_s > 0:
+            calibrate(inputs, config, out, sitting, progress, env)
+        for name in config.policies:
+            done = out / name / "run.json"
+            if done.is_file() and json.loads(done.read_text()).get("complete"):
+                runs[name] = _load_run(done, inputs)
+                if progress is not None:
+                    progress("kept", policy=name)
+                continue
+            if progress is not None:
+                progress("policy", policy=name, total=len(inputs.specs))
+            runs[name] = run_policy(name, inputs, config, out, sitting, progress, launcher or launch, env)
+    notes = list(inputs.notes)
+    if config.calibrate_s > 0:
+        notes.append(f"calibration: each workload ran alone for {config.calibrate_s:g} s before the runs; the "
+                     "policies' unit of work is its step time then")
+    else:
+        notes.append("no calibration: the policies' unit of work is the dataset's solo throughput")
+    for name, cal in sitting.calibrated.items():
+        if "failed" in cal:
+            notes.append(f"workload {name!r} failed in its calibration run ({cal['failed']}); its step time is "
+                         "from the steps it reported before, or the dataset's")
+    report = RunReport(config, runs, inputs.layout, inputs.view_name, notes)
+    if config.compare_sim:
+        report.comparison, extra = compare(inputs, config, {n: r.result for n, r in runs.items()}, sitting)
+        report.notes.extend(extra)
+    summary = report.to_json()
+    for name in runs:
+        path = out / name / "run.json"
+        data = json.loads(path.read_text())
+        data["verdict"] = summary["verdict"]
+        if report.comparison is not None:
+            data["comparison"] = report.comparison.get(name)
+        write_json_atomic(path, data)
+    return report
+
+
+@contextlib.contextmanager
+def _devices(config: PhysicalConfig, inputs: RunInputs) -> Iterator[tuple[object | None, dict[str, str]]]:
+    """The runs' job launcher and the environment of every job: the sharing mode's (MPS: a running daemon's,
+    or one started for the runs and stopped after) and, with ``--executor ray``, actors on a Ray cluster
+    (started locally if no address is given, and torn down after)."""
+    from sharewise.profiler.config import RunConfig as ProfilerConfig
+    from sharewise.profiler.modes import SHARING_MODES
+
+    lay = inputs.layout
+    mode = SHARING_MODES.get(lay.mode)
+    with mode.environment(ProfilerConfig(device=lay.device, mode=lay.mode)) as env:
+        if config.executor == "local":
+            yield None, dict(env)
+            return
+        from sharewise.runtime.ray_jobs import RayLauncher, cluster_layout
+
+        launcher = RayLauncher(lay, config.address, dict(env))
+        try:
+            inputs.layout = cluster_layout(lay, config.address)
+            yield launcher, dict(env)
+        finally:
+            launcher.close()
+
+
+def _load_run(path: Path, inputs: RunInputs) -> PolicyRun:
+    """A run a previous call finished, read back from its ``run.json``."""
+    data = json.loads(path.read_text())
+    jobs = data["jobs"]
+
+    def col(key):
+        return np.array([math.nan if j[key] is None else j[key] for j in jobs], dtype=float)
+
+    result = SimulationResult(
+        policy=data["policy"], arrival=col("arrival"), duration=col("work_s"), start=col("start"),
+        finish=col("finish"), realized_slowdown=col("realized_slowdown"), busy_gpu_seconds=0.0,
+        n_gpus=inputs.layout.n_slots, slo=math.nan, policy_calls=data.get("policy_calls", 0),
+    )
+    result.metrics = data["metrics"]
+    return PolicyRun(data["policy"], result, jobs, True, data.get("wall_s", 0.0), data.get("observed_pairs", 0))
+
+
+# ---- small helpers -----------------------------------------------------------------------------------
+def _rounded(metrics: dict) -> dict:
+    return {k: (round(v, _JSON_DECIMALS) if isinstance(v, float) and math.isfinite(v) else v)
+            for k, v in metrics.items()}
+
+
+def _num(x: float) -> float | None:
+    return round(float(x), 3) if math.isfinite(x) else None

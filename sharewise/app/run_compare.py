@@ -1,0 +1,109 @@
+"""``sharewise run --compare-sim``: the same trace simulated with the truth measured in the sitting, next to
+each physical run."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from sharewise.app.run_inputs import PhysicalConfig, RunInputs, step_times
+from sharewise.datasets.traces import Trace
+from sharewise.policy import get_policy
+from sharewise.policy.cluster import Cluster
+from sharewise.policy.loop import SimulationResult
+from sharewise.policy.table import SlowdownTable
+from sharewise.runtime.world import Sitting
+
+_JSON_DECIMALS = 4
+
+def sitting_truth(inputs: RunInputs, sitting: Sitting) -> tuple[SlowdownTable, np.ndarray, list[str]]:
+    """The simulator's truth from this sitting: the trace's pair slowdowns as the runs observed them (else the
+    dataset's), and each job's exclusive run time (its start-up, then its steps at its workload's solo rate
+    in the sitting)."""
+    names = inputs.names
+    p50 = np.array(inputs.truth.p50, dtype=float)
+    in_trace = sorted({s.name for s in inputs.specs})
+    observed, from_dataset = 0, []
+    for x, a in enumerate(in_trace):
+        for b in in_trace[x:]:
+            i, j = names.index(a), names.index(b)
+            s_a, s_b, _, count = sitting.pair(a, b)
+            if count:
+                p50[i, j], p50[j, i] = s_a, s_b
+                observed += 1
+            elif inputs.truth.allowed[i, j]:
+                from_dataset.append(f"{a}+{b}")
+    truth = SlowdownTable(names, p50, p50, p50, inputs.truth.allowed, device_name=inputs.layout.device_name,
+                          source="this sitting")
+    exclusive = []
+    for spec in inputs.specs:
+        rate = sitting.solo_rate(spec.name)
+        if not (rate > 0):
+            rate = inputs.throughput.get(spec.name, math.nan)
+        startups = sitting.startup.get(spec.name) or [1.0 / rate]
+        # The first step is one of the steps: the start-up is what the first report took beyond it.
+        exclusive.append(max(0.0, float(np.median(startups)) - 1.0 / rate) + spec.steps / rate)
+    notes = [f"simulator's truth: each workload's solo step time and start-up time as measured in this sitting; "
+             f"{observed} workload pair(s) of the trace as the runs observed them"
+             + (f", {len(from_dataset)} the runs never formed from the dataset ({', '.join(from_dataset[:6])}"
+                + (", ..." if len(from_dataset) > 6 else "") + ")" if from_dataset else "")]
+    return truth, np.array(exclusive), notes
+
+
+def compare(inputs: RunInputs, config: PhysicalConfig, runs: dict[str, SimulationResult],
+            sitting: Sitting) -> tuple[dict, list[str]]:
+    """Simulate every run's trace and policy on the same slots with the sitting's truth; compare per policy.
+
+    The simulated policies know each job's work exactly as the physical run's policies did (its start-up and
+    steps at the calibrated step time); the simulated jobs run at the speed the sitting measured.
+
+    Example: ``{"sharewise": {"avg_jct_physical": 81.2, "avg_jct_simulated": 78.9, "avg_ratio": 1.029,
+    "p95_jct_physical": ..., "p95_jct_simulated": ..., "p95_ratio": ..., "job_ratio_median": 1.01,
+    "within_10": 0.75, "within_20": 0.94, "gain_vs_exclusive_sjf_physical": 0.21, "..._simulated": 0.19}}``.
+    """
+    from sharewise.policy.simulator import simulate
+
+    truth, exclusive, notes = sitting_truth(inputs, sitting)
+    step_s, startup_s = step_times(inputs, sitting)
+    known = startup_s + np.array([s.steps for s in inputs.specs]) * step_s
+    trace = Trace(job_id=inputs.trace.job_id, arrival=inputs.trace.arrival, duration=known,
+                  gpus=inputs.trace.gpus, workload=np.array([s.name for s in inputs.specs], dtype=object),
+                  line=inputs.trace.line, source=inputs.trace.source, format="csv")
+    view = None if config.oracle else inputs.table
+    cluster = Cluster(n_gpus=inputs.layout.n_slots, gpus_per_node=inputs.layout.n_slots)
+    out: dict[str, dict] = {}
+    for name, run in runs.items():
+        sim = simulate(trace, get_policy(name), truth, view, cluster=cluster, slo=config.max_slowdown, name=name,
+                       observe=config.observe, round_s=config.round_s, job_speed=known / exclusive)
+        ok = np.isfinite(run.finish)
+        phys_jct = run.finish - run.arrival
+        ratio = phys_jct[ok] / sim.jct[ok]
+        row = {
+            "avg_jct_physical": float(np.mean(phys_jct[ok])), "avg_jct_simulated": float(np.mean(sim.jct[ok])),
+            "p95_jct_physical": _p95(phys_jct[ok]), "p95_jct_simulated": _p95(sim.jct[ok]),
+            "job_ratio_median": float(np.median(ratio)) if ratio.size else math.nan,
+            "within_10": float(np.mean(np.abs(ratio - 1) <= 0.10)) if ratio.size else math.nan,
+            "within_20": float(np.mean(np.abs(ratio - 1) <= 0.20)) if ratio.size else math.nan,
+            "jobs_compared": int(ok.sum()), "preemptions_physical": int(run.metrics.get("preemptions", 0)),
+            "preemptions_simulated": int(sim.metrics["preemptions"]),
+            "sim_jct": [round(float(x), 3) for x in sim.jct],
+        }
+        row["avg_ratio"] = row["avg_jct_physical"] / row["avg_jct_simulated"]
+        row["p95_ratio"] = row["p95_jct_physical"] / row["p95_jct_simulated"]
+        out[name] = row
+    if "exclusive-sjf" in out:
+        base_p, base_s = out["exclusive-sjf"]["avg_jct_physical"], out["exclusive-sjf"]["avg_jct_simulated"]
+        for row in out.values():
+            row["gain_vs_exclusive_sjf_physical"] = 1 - row["avg_jct_physical"] / base_p
+            row["gain_vs_exclusive_sjf_simulated"] = 1 - row["avg_jct_simulated"] / base_s
+    return {k: {m: (round(v, _JSON_DECIMALS) if isinstance(v, float) else v) for m, v in row.items()}
+            for k, row in out.items()}, notes
+
+
+def _p95(x: np.ndarray) -> float:
+    from sharewise.stats import percentile
+
+    return percentile(x, 95) if x.size else math.nan
+
+

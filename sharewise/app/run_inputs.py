@@ -1,0 +1,294 @@
+"""The inputs of ``sharewise run``, checked before any job starts, and the calibration that measures each
+workload's step and start-up time in the sitting (the layers below ``run_compare`` and ``run``)."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from sharewise.datasets.store import open_dataset, write_json_atomic
+from sharewise.datasets.traces import AUTO, Trace, TraceContext, load_trace
+from sharewise.errors import ConfigError, DatasetError, TraceError
+from sharewise.policy import get_policy
+from sharewise.policy.table import SlowdownTable
+from sharewise.runtime.jobs import JobSpec, LocalJob
+from sharewise.runtime.slots import Layout
+from sharewise.runtime.slots import layout as make_layout
+from sharewise.runtime.world import Sitting
+
+DEFAULT_POLICIES = ("exclusive-sjf", "sharewise")
+#: Seconds each workload runs alone in the calibration (start-up not counted).
+CALIBRATE_S = 6.0
+_JSON_DECIMALS = 4
+OBSERVED = "observed"
+
+
+@dataclass(frozen=True)
+class PhysicalConfig:
+    """Everything one ``sharewise run`` needs, handed over whole (the options of the command).
+
+    ``data`` holds the measured pairs (and solo profiles) the policies know; ``device``/``slots``/``mode``
+    the devices (``slots``: equal CPU core sets, default one holding every core); ``oracle``, ``predictions``
+    and ``model`` choose the policies' view as in ``simulate`` (default: out-of-fold predictions with
+    calibrated intervals, plus what the run observes); ``calibrate_s`` the seconds of each workload's solo
+    calibration (0: none, the dataset's throughputs are the unit of work); ``compare_sim`` simulates the
+    same runs for the comparison.
+    """
+
+    trace: str
+    out: str
+    data: str = "reference"
+    policies: tuple[str, ...] = DEFAULT_POLICIES
+    device: str = "cpu"
+    slots: int | None = None
+    mode: str | None = None
+    device_name: str | None = None
+    trace_format: str = AUTO
+    size: str = "small"
+    max_slowdown: float = 2.0
+    round_s: float | None = None
+    oracle: bool = False
+    predictions: str | None = None
+    model: str | None = None
+    group_by: str = "family"
+    observe: bool = True
+    calibrate_s: float = CALIBRATE_S
+    compare_sim: bool = False
+    executor: str = "local"
+    address: str | None = None
+    poll_s: float = 0.05
+
+    def __post_init__(self) -> None:
+        if not self.policies:
+            raise ConfigError("give at least one policy (--policy NAME)")
+        if len(set(self.policies)) != len(self.policies):
+            raise ConfigError(f"a policy is listed twice: {list(self.policies)}")
+        if not (math.isfinite(self.max_slowdown) and self.max_slowdown >= 1.0):
+            raise ConfigError(f"--max-slowdown must be a number >= 1.0, got {self.max_slowdown}")
+        if sum(bool(x) for x in (self.oracle, self.predictions, self.model)) > 1:
+            raise ConfigError("choose at most one of --oracle, --predictions and --model")
+        if self.calibrate_s < 0 or not math.isfinite(self.calibrate_s):
+            raise ConfigError(f"--calibrate must be a number of seconds >= 0, got {self.calibrate_s}")
+        if self.executor not in ("local", "ray"):
+            raise ConfigError(f"--executor must be 'local' or 'ray', got {self.executor!r}")
+        if self.address and self.executor != "ray":
+            raise ConfigError("--address is the Ray cluster to run on; add --executor ray")
+        if self.round_s is not None and not (math.isfinite(self.round_s) and self.round_s > 0):
+            raise ConfigError(f"--round-s must be a positive number of seconds, got {self.round_s}")
+
+
+@dataclass
+class RunInputs:
+    """What every policy's run shares: the jobs, the slots, the policies' table and the dataset's truth."""
+
+    trace: Trace
+    specs: list[JobSpec]
+    layout: Layout
+    device: str  # the dataset's device the policies' knowledge comes from
+    table: SlowdownTable  # the policies' view over ``names``
+    truth: SlowdownTable  # the dataset's measured pairs over ``names``
+    names: list[str]
+    throughput: dict[str, float]  # the dataset's solo steps/s per workload on ``device``
+    notes: list[str]
+    view_name: str
+
+
+# ---- preparing ---------------------------------------------------------------------------------------
+def prepare(config: PhysicalConfig) -> RunInputs:
+    """Check every input and build what the runs share; raises before any job starts."""
+    for name in config.policies:
+        get_policy(name)
+    lay = make_layout(config.device, config.slots, config.mode)
+    ds = open_dataset(config.data, profiles=True, pairs=True)
+    profiles, pairs = ds.read_profiles(), ds.read_pairs()
+    device, notes = _knowledge_device(config, pairs, lay)
+    prof = profiles[profiles["device_name"].astype(str) == device]
+    throughput = prof.groupby("workload")["throughput"].median().to_dict()
+    trace = load_trace(config.trace, format=config.trace_format, context=TraceContext(throughputs=throughput))
+    specs, names = _job_specs(trace, throughput, config)
+    if int(trace.gpus.max()) > lay.n_slots:
+        i = int(np.argmax(trace.gpus > lay.n_slots))
+        raise TraceError(
+            f"{trace.source}:{int(trace.line[i])}: job asks for {int(trace.gpus[i])} slots, this run has "
+            f"{lay.n_slots}; use more slots (--slots) or a smaller job"
+        )
+    known = sorted(set(SlowdownTable.from_pairs(pairs, device_name=device).workloads) | set(names))
+    truth = SlowdownTable.from_pairs(pairs, device_name=device, workloads=known)
+    if config.mode is not None or lay.device == "cuda":
+        modes = set(pairs.loc[pairs["device_name"].astype(str) == device, "mode"].astype(str))
+        if modes and lay.mode not in modes:
+            notes.append(f"the pairs on {device!r} were measured in mode {sorted(modes)}, this run shares in "
+                         f"{lay.mode!r}")
+    allowed, note = _memory_rule(prof, known, lay)
+    notes.append(note)
+    truth = truth.restricted(allowed)
+    view, view_note = _view(config, profiles, pairs, truth, device)
+    notes.append(view_note)
+    unknown = sorted(set(names) - set(SlowdownTable.from_pairs(pairs, device_name=device).workloads))
+    if unknown:
+        notes.append(f"workload(s) {unknown} have no measured pairs on {device!r}: they never share until the run "
+                     "observes them")
+    return RunInputs(trace, specs, lay, device, view, truth, known, throughput, notes,
+                     "oracle" if config.oracle else view.source)
+
+
+def _knowledge_device(config: PhysicalConfig, pairs: pd.DataFrame, lay: Layout) -> tuple[str, list[str]]:
+    """The dataset device whose pairs the policies know: ``--device-name``, the run's own, or the only one."""
+    devices = sorted(set(pairs["device_name"].astype(str)))
+    if config.device_name is not None:
+        if config.device_name not in devices:
+            raise DatasetError(
+                f"dataset {config.data!r} holds no pairs on device {config.device_name!r}; it holds {devices}"
+            )
+        return config.device_name, []
+    if lay.device_name in devices:
+        return lay.device_name, []
+    if len(devices) == 1:
+        return devices[0], [
+            f"this run's device is {lay.device_name!r}; the policies know the pairs measured on {devices[0]!r} "
+            f"(the only device of {config.data!r}); measure this device's own with 'sharewise pairs"
+            + (f" --slots {lay.n_slots}'" if lay.device == "cpu" and lay.n_slots > 1 else "'")
+        ]
+    if not devices:
+        raise DatasetError(f"dataset {config.data!r} holds no measured pairs; measure some with 'sharewise pairs'")
+    raise ConfigError(
+        f"dataset {config.data!r} holds pairs of several devices {devices} and none is this run's "
+        f"({lay.device_name!r}); choose one with --device-name"
+    )
+
+
+def _job_specs(trace: Trace, throughput: dict[str, float], config: PhysicalConfig) -> tuple[list[JobSpec], list[str]]:
+    """One ``JobSpec`` per job; workload specs are resolved (an unknown one fails here, before anything runs)."""
+    from sharewise.profiler.workloads import workload_name
+
+    recorded: dict[str, str] = {}
+    for spec in dict.fromkeys(trace.workload.tolist()):
+        recorded[spec] = workload_name(spec)
+    specs = []
+    for i in range(len(trace)):
+        spec = str(trace.workload[i])
+        name = recorded[spec]
+        if trace.steps is not None:
+            steps = int(trace.steps[i])
+        else:
+            rate = throughput.get(name, math.nan)
+            if not (rate > 0):
+                raise TraceError(
+                    f"{trace.source}:{int(trace.line[i])}: job {trace.job_id[i]!r} is given in seconds, and "
+                    f"dataset {config.data!r} holds no solo profile of {name!r} on this device to turn them into "
+                    "steps; give the job's 'steps' instead, or profile the workload"
+                )
+            steps = max(1, round(float(trace.duration[i]) * rate))
+        specs.append(JobSpec(str(trace.job_id[i]), spec, name, steps, config.size))
+    return specs, sorted(set(recorded.values()))
+
+
+def _memory_rule(prof: pd.DataFrame, names: list[str], lay: Layout) -> tuple[np.ndarray, str]:
+    """``recommend``'s rule: two jobs share a slot only where their memory limits fit its memory together;
+    a workload without a known peak is not held back (its pairs' measured status still is)."""
+    from sharewise.deploy.plan import limits_fit, memory_limit, workload_resources
+
+    resources = workload_resources(prof, names)
+    limits = np.array([memory_limit(resources[w].peak_memory_bytes) or np.nan for w in names], dtype=float)
+    ok = limits_fit(limits, lay.memory_bytes)
+    unknown = ~np.isfinite(limits[:, None] + limits[None, :])
+    allowed = ok | unknown
+    blocked = int(np.triu(~allowed).sum())
+    memory = f"{lay.memory_bytes / 2**30:.1f} GiB" if math.isfinite(lay.memory_bytes) else "unknown"
+    return allowed, (f"memory rule (recommend's limits) against {memory} per slot: {blocked} workload pair(s) "
+                     "may not share")
+
+
+def _view(config: PhysicalConfig, profiles, pairs, truth: SlowdownTable, device: str) -> tuple[SlowdownTable, str]:
+    """The policies' table, as ``simulate`` makes it (the same options and default)."""
+    from sharewise.app.simulate import SimulationConfig, _policy_view
+
+    sim = SimulationConfig(trace=config.trace, data=config.data, oracle=config.oracle,
+                           predictions=config.predictions, model=config.model, group_by=config.group_by,
+                           max_slowdown=config.max_slowdown)
+    view, note = _policy_view(sim, profiles, pairs, truth, device)
+    if view is None:
+        return truth, note
+    return view.aligned(truth.workloads).restricted(truth.allowed), note
+
+
+# ---- calibrating -------------------------------------------------------------------------------------
+def calibrate(inputs: RunInputs, config: PhysicalConfig, out: Path, sitting: Sitting, progress=None,
+              env: dict[str, str] | None = None) -> None:
+    """Run each workload of the trace alone on slot 0 for ``calibrate_s`` seconds after its first step: its
+    solo steps/s and start-up time in this sitting go to ``sitting``. Workloads calibrated before (a resumed
+    run) are skipped."""
+    work = out / "calibration"
+    work.mkdir(parents=True, exist_ok=True)
+    seen: dict[str, JobSpec] = {}
+    for spec in inputs.specs:
+        seen.setdefault(spec.name, spec)
+    for name, spec in seen.items():
+        if name in sitting.calibrated:
+            continue
+        if progress is not None:
+            progress("calibrate", name=name)
+        job = LocalJob(JobSpec(f"calibrate-{name}", spec.workload, name, 10**9, spec.size), inputs.layout, [0], 0,
+                       work / f"{safe_name(name)}.progress", work / f"{safe_name(name)}.log", env)
+        limit = max(120.0, 20 * config.calibrate_s)
+        records: list[tuple[int, float]] = []
+        ended = None
+        try:
+            deadline = time.time() + limit
+            while time.time() < deadline:
+                records += job.poll()
+                if records and records[-1][1] - records[0][1] >= config.calibrate_s:
+                    break
+                ended = job.exit()
+                if ended is not None:
+                    records += job.poll()
+                    break
+                time.sleep(0.05)
+        finally:
+            job.kill()
+        cal = {"startup_s": records[0][1] - job.spawned_at} if records else {}
+        if len(records) >= 2 and records[-1][1] > records[0][1]:
+            cal["steps_per_s"] = (records[-1][0] - records[0][0]) / (records[-1][1] - records[0][1])
+        elif inputs.throughput.get(name, 0) > 0:
+            cal["steps_per_s"] = inputs.throughput[name]
+        else:
+            why = f"it failed: {ended.message}" if ended is not None else f"it reported no steps within {limit:.0f} s"
+            raise ConfigError(f"workload {spec.workload!r}: its calibration run cannot tell its step time ({why}), "
+                              "and the dataset holds no solo profile of it")
+        if ended is not None:
+            cal["failed"] = ended.message
+        sitting.calibrated[name] = cal
+        if "startup_s" in cal:
+            sitting.startup[name].append(cal["startup_s"])
+        if ended is None:
+            sitting.add_solo(name, records[-1][0] - records[0][0], records[-1][1] - records[0][1])
+        write_json_atomic(out / "sitting.json", sitting.to_json())
+
+
+# ---- the policies' unit of work ----------------------------------------------------------------------
+def step_times(inputs: RunInputs, sitting: Sitting) -> tuple[np.ndarray, np.ndarray]:
+    """Each job's solo seconds per step and start-up seconds (before its first step), as the policies know
+    them: the sitting's calibration, else the dataset's solo throughput and no start-up."""
+    steps, startups = [], []
+    for spec in inputs.specs:
+        cal = sitting.calibrated.get(spec.name)
+        rate = cal["steps_per_s"] if cal else inputs.throughput.get(spec.name, math.nan)
+        if not (rate > 0):
+            raise DatasetError(
+                f"no solo step time for workload {spec.name!r}: dataset holds no profile of it on "
+                f"{inputs.device!r} and no calibration ran; run with --calibrate SECONDS"
+            )
+        steps.append(1.0 / rate)
+        startups.append(max(0.0, cal["startup_s"] - 1.0 / rate) if cal and "startup_s" in cal else 0.0)
+    return np.array(steps), np.array(startups)
+
+
+
+def safe_name(name: str) -> str:
+    """``name`` as a file name (job ids and workload specs may hold slashes and spaces)."""
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)

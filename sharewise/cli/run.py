@@ -1,0 +1,167 @@
+"""CLI of ``sharewise run``: a trace's jobs run for real on the local devices under each policy in turn."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from sharewise.cli.common import console, err_console, one_of, print_json
+from sharewise.cli.predictor import GROUP_BY
+from sharewise.datasets.traces import AUTO, TRACE_FORMATS
+from sharewise.policy import REGISTRY as POLICIES
+
+
+def run(
+    trace: Path = typer.Argument(
+        ..., help="Generic trace CSV: job_id, arrival_s, workload, gpus, and steps or duration_s."
+    ),
+    out: Path = typer.Option(..., "--out", "-o", help="Run folder (created; a rerun on it resumes)."),
+    data: str = typer.Option(
+        "reference", "--data", "-d", help="Dataset whose measured pairs the policies know (or 'reference')."
+    ),
+    policy: list[str] = typer.Option(
+        None, "--policy", "-p",
+        help=one_of("Policy to run (repeat the option; default: exclusive-sjf and sharewise)", POLICIES),
+    ),
+    device: str = typer.Option("cpu", "--device", help="cpu (core sets as slots) or cuda (every visible GPU)."),
+    slots: int = typer.Option(
+        None, "--slots", help="CPU only: split the cores into this many equal slots, each standing for a GPU."
+    ),
+    mode: str = typer.Option(None, "--mode", help="CUDA sharing mode: timeslice (default) or mps."),
+    device_name: str = typer.Option(
+        None, "--device-name", help="Whose pairs the policies know when the data holds several devices."
+    ),
+    size: str = typer.Option("small", "--size", help="Size of built-in workloads: tiny, small or full."),
+    max_slowdown: float = typer.Option(2.0, "--max-slowdown", help="SLO on a job's realized slowdown."),
+    round_s: float = typer.Option(None, "--round-s", help="Start jobs only at multiples of this many seconds."),
+    oracle: bool = typer.Option(False, "--oracle", help="Show the policies the dataset's measured slowdowns."),
+    observe: bool = typer.Option(
+        True, "--observe/--no-observe", help="Policies learn a pair's slowdowns as the run measures them."
+    ),
+    predictions: Path = typer.Option(None, "--predictions", help="CSV/Parquet of predictions to show instead."),
+    model: Path = typer.Option(None, "--model", help="Saved model.json whose predictions the policies see."),
+    group_by: str = typer.Option(
+        "family", "--group-by", help=one_of("Out-of-fold predictions hold out this group", GROUP_BY)
+    ),
+    calibrate: float = typer.Option(
+        6.0, "--calibrate", help="Seconds each workload runs alone first, for this sitting's step times (0: off)."
+    ),
+    compare_sim: bool = typer.Option(
+        False, "--compare-sim", help="Also simulate each run with this sitting's measurements and compare."
+    ),
+    executor: str = typer.Option("local", "--executor", help="local, or ray (each job a Ray actor on its slot)."),
+    address: str = typer.Option(None, "--address", help="Ray cluster address (with --executor ray)."),
+    trace_format: str = typer.Option(AUTO, "--format", help=one_of("Trace format", (AUTO, *TRACE_FORMATS.names()))),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object; progress and notes go to stderr."),
+):
+    """Run a trace's jobs for real under each policy in turn: start, pause, resume and finish them on the local
+    devices, measure the pairs that share, and write RUNDIR/<policy>/run.json.
+
+    Example: sharewise run jobs.csv --data reference --policy exclusive-sjf --policy sharewise --out runs/demo
+    --compare-sim
+    """
+    from sharewise.app.run import DEFAULT_POLICIES, PhysicalConfig, run_physical
+    from sharewise.profiler.interrupts import CampaignInterrupted
+
+    config = PhysicalConfig(
+        trace=str(trace), out=str(out), data=data, policies=tuple(policy or DEFAULT_POLICIES), device=device,
+        slots=slots, mode=mode, device_name=device_name, trace_format=trace_format, size=size,
+        max_slowdown=max_slowdown, round_s=round_s, oracle=oracle, observe=observe,
+        predictions=str(predictions) if predictions else None, model=str(model) if model else None,
+        group_by=group_by, calibrate_s=calibrate, compare_sim=compare_sim, executor=executor, address=address,
+    )
+    progress = RunProgress()
+    try:
+        report = run_physical(config, progress=progress)
+    except CampaignInterrupted as exc:
+        progress.stop()
+        err_console.print(
+            f"interrupted by {exc.name}: every job stopped; finished jobs and the state of the interrupted run are "
+            f"kept in {out}; rerun the same command to resume"
+        )
+        import sys
+
+        sys.exit(exc.exit_code)
+    finally:
+        progress.stop()
+    summary = report.to_json()
+    if as_json:
+        for note in report.notes:
+            err_console.print(f"note: {note}")
+        print_json(summary)
+        return
+    render(summary)
+    for note in report.notes:
+        console.print(f"[dim]note: {note}[/dim]")
+
+
+def render(summary: dict) -> None:
+    """The runs' table (and the comparison with the simulator where it ran)."""
+    dev = summary["device"]
+    table = Table(
+        "policy", "avg JCT (s)", "p95 JCT (s)", "makespan (s)", "avg queue (s)", "slot util", "SLO violations",
+        "preemptions",
+        title=f"{summary['jobs']} jobs run on {dev['slots']} {dev['kind']} slot(s) ({dev['device_name']}); "
+        f"policies see {summary['view']} slowdowns",
+    )
+    for name, m in summary["policies"].items():
+        table.add_row(name, f"{m['avg_jct']:.1f}", f"{m['p95_jct']:.1f}", f"{m['makespan']:.1f}",
+                      f"{m['avg_queue']:.1f}", f"{m['utilization']:.2f}", str(m["slo_violations"]),
+                      str(m["preemptions"]))
+    console.print(table)
+    for line in summary["verdict"]:
+        console.print(line)
+    comp = summary.get("comparison")
+    if comp:
+        t = Table("policy", "avg JCT phys/sim (s)", "ratio", "p95 phys/sim (s)", "ratio", "job ratio median",
+                  "within 10%", "within 20%", "gain vs excl-sjf phys/sim",
+                  title="physical run against the simulator (truth: this sitting's measurements)")
+        for name, c in comp.items():
+            gain = "-"
+            if "gain_vs_exclusive_sjf_physical" in c:
+                gain = f"{c['gain_vs_exclusive_sjf_physical']:.3f} / {c['gain_vs_exclusive_sjf_simulated']:.3f}"
+            t.add_row(name, f"{c['avg_jct_physical']:.1f} / {c['avg_jct_simulated']:.1f}", f"{c['avg_ratio']:.3f}",
+                      f"{c['p95_jct_physical']:.1f} / {c['p95_jct_simulated']:.1f}", f"{c['p95_ratio']:.3f}",
+                      f"{c['job_ratio_median']:.3f}", f"{c['within_10']:.0%}", f"{c['within_20']:.0%}", gain)
+        console.print(t)
+
+
+class RunProgress:
+    """A rich progress display on stderr: a bar per policy over its jobs, with the run clock and running jobs."""
+
+    def __init__(self) -> None:
+        self._progress = None
+        self._tasks: dict[str, int] = {}
+
+    def _ensure(self):
+        if self._progress is None:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self._progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                      TextColumn("{task.fields[status]}"), TimeElapsedColumn(), console=err_console,
+                                      transient=False)
+            self._progress.start()
+        return self._progress
+
+    def __call__(self, kind: str, **info) -> None:
+        p = self._ensure()
+        if kind == "calibrate":
+            err_console.print(f"calibrating {info['name']} (alone, a few seconds)")
+        elif kind == "kept":
+            err_console.print(f"{info['policy']}: finished in an earlier call, kept")
+        elif kind == "policy":
+            self._tasks[info["policy"]] = p.add_task(info["policy"], total=info["total"], status="")
+        elif kind == "event" and info["policy"] in self._tasks:
+            p.update(self._tasks[info["policy"]], completed=info["done"],
+                     status=f"t={info['now']:.0f}s, {info['running']} job(s) live")
+
+    def stop(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(run)

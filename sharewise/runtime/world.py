@@ -1,0 +1,474 @@
+"""The real world behind the scheduling loop: jobs run as processes on device slots, time is the wall clock,
+progress is what the jobs report, and pairs that share a slot are measured while they run.
+
+Semantics where reality forces a choice (the loop's own are in ``sharewise.policy.loop``):
+
+- **Time.** Seconds since the run began (wall clock). The loop's next event (an arrival, a wake-up a policy
+  asked for, a round) is waited for; meanwhile the jobs are polled every ``poll_s`` and a job's end, or a new
+  measurement, is an event at the moment it is noticed.
+- **Work.** A job's work for the policies is its steps at its solo step time on this device (``step_s``,
+  measured in the same sitting where a calibration ran); its remaining work is its remaining steps at that
+  step time. Its attained service is the time it held its GPUs running (not paused).
+- **Start, pause, resume, move.** A first start spawns the job on its slots. A preempted job is paused
+  (SIGSTOP): its process and memory stay where they are. Placed again on the same slots, it resumes
+  (SIGCONT) where it was; placed elsewhere, its paused process is killed and it starts again there from its
+  step count: that restart (process start, build, first step) is the move's real cost, timed and reported.
+- **End.** A job is done when its process exits with every step reported; a process that dies, runs out of
+  memory or exits early ends the job as failed (with its status and the tail of its output); the run goes
+  on. The job's end is the time it was noticed (at most ``poll_s`` after the last step).
+- **Measurement.** A job's *segment* is a stretch of time in which nothing changes for it (same slots, same
+  partners, not paused); its rate in a segment is ``(k - 1) / (t_k - t_1)`` over the step reports ``1..k``
+  inside it, so a step cut by the segment's start (a build, a partial step before a pause) is not counted.
+  Two jobs alone together on a slot form a *pairing*, measured from the moment both are stepping: once each
+  has ``min_steps`` reports over at least ``min_s`` seconds, each one's slowdown (its solo rate over its rate
+  in the pairing) goes to the policies (``Observation``); when the pairing ends, the whole pairing is
+  measured, pooled with earlier pairings of the same two workloads (weighted by time), written as an
+  observed pair row of the run's dataset, and given to the policies again. A job's solo rate is that of its
+  own solo segments in this run where they span ``min_s``, else that of its workload in this sitting
+  (calibration and other jobs' solo segments). A job sharing with jobs of several workloads at once (a
+  multi-slot job) is not measured in that segment.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from sharewise.policy.loop import DONE, FAILED, RUNNING, Observation, SchedulingLoop
+from sharewise.runtime.jobs import DONE_STATUS, JobSpec, LocalJob
+from sharewise.runtime.slots import Layout
+
+#: Seconds between two polls of the jobs' progress.
+POLL_S = 0.05
+#: Seconds between two saves of the run's state while no event happens.
+SAVE_EVERY_S = 2.0
+#: A rate needs at least this many step reports (after the first) and this many seconds.
+MIN_STEPS = 4
+MIN_S = 1.5
+
+
+@dataclass
+class Segment:
+    """A stretch in which nothing changes for one job: since ``begin`` (run clock), next to ``partners``."""
+
+    begin: float
+    partners: frozenset[int]
+    records: list[tuple[int, float]] = field(default_factory=list)  # (step, run clock)
+    pairing: Pairing | None = None
+
+    def rate(self, since: float = -math.inf) -> tuple[float, int, float]:
+        """``(steps per second, steps, seconds)`` over the reports at or after ``since``; NaN when too few."""
+        recs = [r for r in self.records if r[1] >= since] if since > -math.inf else self.records
+        if len(recs) < 2:
+            return math.nan, 0, 0.0
+        steps = recs[-1][0] - recs[0][0]
+        span = recs[-1][1] - recs[0][1]
+        return (steps / span if span > 0 else math.nan), steps, span
+
+
+@dataclass
+class Pairing:
+    """Two jobs alone together on a slot, from ``begin`` until one of them leaves."""
+
+    a: int
+    b: int
+    begin: float
+    segments: dict[int, Segment] = field(default_factory=dict)  # each job's segment in the pairing
+    closed: set[int] = field(default_factory=set)  # jobs whose segment ended
+    early: bool = False  # its first measurement went to the policies
+
+    def stepping_since(self) -> float:
+        """When both jobs had reported a step in the pairing (inf before)."""
+        firsts = [s.records[0][1] if s.records else math.inf for s in self.segments.values()]
+        return max(firsts) if len(firsts) == 2 else math.inf
+
+
+@dataclass
+class JobRecord:
+    """A job's life in this run: its process, progress, segments, and the events written to ``run.json``."""
+
+    spec: JobSpec
+    step_s: float  # solo seconds per step: the policies' unit of work
+    startup_s: float = 0.0  # expected seconds from a start to the first step's beginning
+    steps: int = 0
+    proc: LocalJob | None = None
+    slots: list[int] = field(default_factory=list)
+    segment: Segment | None = None
+    anchor: float = 0.0
+    last_step_t: float = math.nan
+    solo_steps: int = 0
+    solo_s: float = 0.0
+    events: list[dict] = field(default_factory=list)
+    startups: list[float] = field(default_factory=list)
+    spawned_at: float = math.nan  # while the job has not reported a step since its process started
+    spawn_alone: bool = True  # its process started on slots no other job held
+    exit: dict | None = None
+
+
+class Sitting:
+    """What a sitting measured, pooled over its runs: solo rates, start-up times and pair slowdowns per workload.
+
+    The simulator's truth for ``--compare-sim`` comes from here, so it is measured on the same machine in the
+    same hour as the physical runs it is compared with.
+    """
+
+    def __init__(self) -> None:
+        self.solo: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])  # workload -> [steps, seconds]
+        self.startup: dict[str, list[float]] = defaultdict(list)
+        self.pairs: dict[tuple[str, str], list[tuple[float, float, float]]] = defaultdict(list)
+        self.calibrated: dict[str, dict] = {}  # workload -> {"steps_per_s", "startup_s"} of its calibration run
+
+    def add_solo(self, workload: str, steps: float, seconds: float) -> None:
+        pool = self.solo[workload]
+        pool[0] += steps
+        pool[1] += seconds
+
+    def solo_rate(self, workload: str) -> float:
+        steps, seconds = self.solo.get(workload, (0.0, 0.0))
+        return steps / seconds if seconds >= MIN_S and steps >= MIN_STEPS else math.nan
+
+    def pair(self, a: str, b: str) -> tuple[float, float, float, int]:
+        """Time-weighted mean slowdowns ``(of a, of b, seconds, pairings)`` over the pairings of ``a`` with
+        ``b`` in either order (a self-pair's two sides are the same workload: both get their mean)."""
+        rows = [(s_a, s_b, w) for s_a, s_b, w in self.pairs.get((a, b), [])]
+        if a != b:
+            rows += [(s_b, s_a, w) for s_a, s_b, w in self.pairs.get((b, a), [])]
+        if not rows:
+            return math.nan, math.nan, 0.0, 0
+        w = np.array([r[2] for r in rows])
+        s_a = float(np.average([r[0] for r in rows], weights=w))
+        s_b = float(np.average([r[1] for r in rows], weights=w))
+        if a == b:
+            s_a = s_b = (s_a + s_b) / 2
+        return s_a, s_b, float(w.sum()), len(rows)
+
+    def to_json(self) -> dict:
+        return {
+            "solo": {w: list(v) for w, v in self.solo.items()},
+            "startup": dict(self.startup),
+            "pairs": [[a, b, *r] for (a, b), rows in self.pairs.items() for r in rows],
+            "calibrated": self.calibrated,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict) -> Sitting:
+        sitting = cls()
+        for w, v in data.get("solo", {}).items():
+            sitting.solo[w] = list(v)
+        for w, v in data.get("startup", {}).items():
+            sitting.startup[w] = list(v)
+        for a, b, s_a, s_b, secs in data.get("pairs", []):
+            sitting.pairs[(a, b)].append((s_a, s_b, secs))
+        sitting.calibrated = dict(data.get("calibrated", {}))
+        return sitting
+
+
+class RealWorld:
+    """Runs the loop's jobs for real on ``layout``'s slots (see the module docstring).
+
+    Parameters
+    ----------
+    specs
+        One ``JobSpec`` per job of the trace, in trace order.
+    step_s
+        Per job, its solo seconds per step on this device (the policies' unit of work).
+    startup_s
+        Per job, the seconds its start takes before its first step (process, import, build): part of its work.
+    layout
+        The slots.
+    workdir
+        Where the jobs' progress files and logs go (``<workdir>/jobs``).
+    sitting
+        Pooled measurements of this sitting (read for solo rates, added to as this run measures).
+    on_pair
+        Called with ``(workload_a, workload_b, row)`` when a pairing's measurement is written (the run's
+        dataset); ``row`` holds the pooled slowdowns.
+    launcher
+        ``(spec, slots, start_step, progress_path, log_path) -> job`` (default: a ``LocalJob`` on this
+        machine; ``ray_jobs`` gives one that runs in a Ray actor).
+    """
+
+    def __init__(
+        self,
+        specs: list[JobSpec],
+        step_s: np.ndarray,
+        startup_s: np.ndarray,
+        layout: Layout,
+        workdir: Path,
+        sitting: Sitting,
+        on_pair=None,
+        launcher=None,
+        extra_env: dict[str, str] | None = None,
+        poll_s: float = POLL_S,
+        min_steps: int = MIN_STEPS,
+        min_s: float = MIN_S,
+    ) -> None:
+        self.jobs = [JobRecord(spec, float(s), float(u)) for spec, s, u in zip(specs, step_s, startup_s, strict=True)]
+        self.layout = layout
+        self.dir = Path(workdir) / "jobs"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.sitting = sitting
+        self.on_pair = on_pair
+        self.extra_env = extra_env or {}
+        self.launcher = launcher or self._local
+        self.poll_s = poll_s
+        self.min_steps = min_steps
+        self.min_s = min_s
+        self.t0 = time.time()
+        self._news: list[Observation] = []
+        self._ended: list[tuple[int, int]] = []
+        self.live: set[int] = set()  # jobs with a process
+        self.pairings: dict[frozenset[int], Pairing] = {}  # open pairings by their two jobs
+        self.on_event = None  # called after every event the loop processed, and every few seconds (saves state)
+        self._saved = time.monotonic()
+
+    # ---- the World protocol ---------------------------------------------------------------------------
+    def bind(self, loop: SchedulingLoop) -> None:
+        self.loop = loop
+
+    def tolerance(self, now: float) -> float:
+        return 2 * self.poll_s
+
+    def clock(self) -> float:
+        return time.time() - self.t0
+
+    def advance(self, until: float) -> float:
+        self._save()
+        while True:
+            now = self.clock()
+            self._poll(now)
+            if time.monotonic() - self._saved >= SAVE_EVERY_S:
+                self._save()  # a long stretch without events: a stop then loses little
+            if self._ended or self._news:
+                return max(now, self.loop.last)
+            if now >= until:
+                return now
+            if until == math.inf and not any(not self.jobs[j].proc.paused for j in self.live):
+                return math.inf
+            time.sleep(max(0.0, min(self.poll_s, until - now)))
+
+    def _save(self) -> None:
+        self._saved = time.monotonic()
+        if self.on_event is not None:
+            self.on_event()
+
+    def finished(self, now: float) -> list[tuple[int, int]]:
+        ended, self._ended = self._ended, []
+        return ended
+
+    def remaining(self, j: int, now: float) -> float:
+        """Job ``j``'s remaining work: its remaining steps at its step time, plus what is left of its start-up
+        while it has not stepped since its process started."""
+        rec = self.jobs[j]
+        left = max(rec.spec.steps - rec.steps, 0) * rec.step_s
+        if not math.isnan(rec.spawned_at):
+            left += max(0.0, rec.startup_s - (now - rec.spawned_at))
+        return left
+
+    def refresh(self, now: float) -> None:
+        loop = self.loop
+        for j in self.live:
+            rec = self.jobs[j]
+            loop.remaining[j] = self.remaining(j, now)
+            if loop.status[j] == RUNNING:
+                loop.attained[j] += loop.ngpus[j] * (now - rec.anchor)
+                rec.anchor = now
+
+    def started(self, j: int, gpus: list[int], now: float, restart: bool) -> None:
+        rec = self.jobs[j]
+        rec.anchor = now
+        if rec.proc is not None and rec.proc.paused and rec.slots == list(gpus):
+            rec.proc.resume()
+            rec.events.append({"t": round(now, 3), "event": "resume", "slots": list(gpus), "step": rec.steps})
+            return
+        kind = "start"
+        if rec.proc is not None:  # paused elsewhere: it moves, restarting from its step count
+            rec.proc.kill()
+            self.live.discard(j)
+            kind = "move"
+        elif restart:
+            kind = "restart"  # a resumed run: the process was lost with the interruption
+        rec.slots = list(gpus)
+        rec.proc = self.launcher(rec.spec, rec.slots, rec.steps, self.dir / f"{_safe(rec.spec.job_id)}.progress",
+                                 self.dir / f"{_safe(rec.spec.job_id)}.log")
+        rec.spawned_at = now
+        rec.spawn_alone = all(self.loop.occupancy[g] == 1 for g in gpus)
+        self.loop.remaining[j] = self.remaining(j, now)  # a move pays its start-up again
+        self.live.add(j)
+        rec.events.append({"t": round(now, 3), "event": kind, "slots": list(gpus), "step": rec.steps})
+
+    def stopped(self, j: int, now: float) -> None:
+        rec = self.jobs[j]
+        self._poll_job(j, now)
+        rec.proc.pause()
+        self._close(j, now)
+        self.loop.remaining[j] = self.remaining(j, now)
+        self.loop.attained[j] += self.loop.ngpus[j] * (now - rec.anchor)
+        rec.events.append({"t": round(now, 3), "event": "pause", "step": rec.steps})
+
+    def rate_changed(self, j: int, now: float) -> None:
+        """Job ``j``'s situation changed: its segment ends and a new one begins (a pairing if one partner)."""
+        self._close(j, now)
+        loop = self.loop
+        partners = frozenset(int(o) for g in loop.job_gpus[j] for o in loop.resident[g] if o >= 0 and o != j)
+        seg = self.jobs[j].segment = Segment(now, partners)
+        if len(partners) != 1:
+            return
+        key = partners | {j}
+        pairing = self.pairings.get(key)
+        if pairing is None or j in pairing.segments:  # none open, or j's side of it already ended
+            pairing = self.pairings[key] = Pairing(min(key), max(key), now)
+        pairing.segments[j] = seg
+        seg.pairing = pairing
+
+    def observations(self) -> list[Observation]:
+        news, self._news = self._news, []
+        return news
+
+    def pending(self) -> bool:
+        return any(self.loop.status[j] == RUNNING for j in self.live)
+
+    # ---- polling -------------------------------------------------------------------------------------
+    def _poll(self, now: float) -> None:
+        for j in list(self.live):
+            self._poll_job(j, now)
+            rec = self.jobs[j]
+            if rec.proc.paused:
+                continue
+            ended = rec.proc.exit()
+            if ended is not None:
+                self.live.discard(j)
+                self._close(j, now)
+                rec.exit = {"status": ended.status, "code": ended.code, "message": ended.message,
+                            "last_step_t": _round(rec.last_step_t)}
+                rec.events.append({"t": round(now, 3), "event": "finish" if ended.status == DONE_STATUS else
+                                   ended.status, "step": rec.steps})
+                self._ended.append((j, DONE if ended.status == DONE_STATUS else FAILED))
+        self._measure_pairings(now)
+
+    def _poll_job(self, j: int, now: float) -> None:
+        rec = self.jobs[j]
+        records = rec.proc.poll()
+        if not records:
+            return
+        rec.steps = records[-1][0]
+        rec.last_step_t = records[-1][1] - self.t0
+        if not math.isnan(rec.spawned_at):
+            # From the spawn to the end of the first step: process start, import, build, one step.
+            took = records[0][1] - self.t0 - rec.spawned_at
+            rec.startups.append(took)
+            if rec.spawn_alone:
+                self.sitting.startup[rec.spec.name].append(took)
+            rec.spawned_at = math.nan
+        seg = rec.segment
+        if seg is not None:
+            seg.records.extend((s, t - self.t0) for s, t in records if t - self.t0 >= seg.begin)
+
+    def _close(self, j: int, now: float) -> None:
+        """End job ``j``'s segment: a solo one adds to its solo rate, a pairing's to the pair's measurement."""
+        rec = self.jobs[j]
+        seg, rec.segment = rec.segment, None
+        if seg is None:
+            return
+        if not seg.partners:
+            rate, steps, span = seg.rate()
+            if steps >= self.min_steps and span >= self.min_s:
+                rec.solo_steps += steps
+                rec.solo_s += span
+                self.sitting.add_solo(rec.spec.name, steps, span)
+        pairing = seg.pairing
+        if pairing is not None:
+            pairing.closed.add(j)
+            if pairing.closed >= set(pairing.segments):
+                key = frozenset((pairing.a, pairing.b))
+                if self.pairings.get(key) is pairing:
+                    del self.pairings[key]
+                self._finish_pairing(pairing)
+
+    def _solo_rate(self, j: int) -> float:
+        rec = self.jobs[j]
+        if rec.solo_s >= self.min_s and rec.solo_steps >= self.min_steps:
+            return rec.solo_steps / rec.solo_s
+        rate = self.sitting.solo_rate(rec.spec.name)
+        return rate if math.isfinite(rate) else 1.0 / rec.step_s
+
+    def _pairing_rates(self, pairing: Pairing) -> tuple[list[tuple[float, int, float]], float] | None:
+        since = pairing.stepping_since()
+        if len(pairing.segments) != 2 or not math.isfinite(since):
+            return None
+        rates = [pairing.segments[x].rate(since) for x in (pairing.a, pairing.b)]
+        if any(steps < self.min_steps or span < self.min_s or not math.isfinite(r) for r, steps, span in rates):
+            return None
+        return rates, since
+
+    def _measure_pairings(self, now: float) -> None:
+        """Give the policies each new pairing's first measurement, once it holds enough steps."""
+        for pairing in list(self.pairings.values()):
+            if pairing.early:
+                continue
+            got = self._pairing_rates(pairing)
+            if got is None:
+                continue
+            (r_a, _, _), (r_b, _, _) = got[0]
+            pairing.early = True
+            s_a, s_b = self._solo_rate(pairing.a) / r_a, self._solo_rate(pairing.b) / r_b
+            if self.jobs[pairing.a].spec.name == self.jobs[pairing.b].spec.name:
+                s_a = s_b = (s_a + s_b) / 2
+            self._news.append(Observation(pairing.a, pairing.b, s_a, s_b))
+
+    def _finish_pairing(self, pairing: Pairing) -> None:
+        """The whole pairing measured: pooled with the earlier pairings of its workloads, written, learned."""
+        got = self._pairing_rates(pairing)
+        if got is None:
+            return
+        (r_a, steps_a, span), (r_b, steps_b, _) = got[0]
+        ja, jb = self.jobs[pairing.a], self.jobs[pairing.b]
+        solo_a, solo_b = self._solo_rate(pairing.a), self._solo_rate(pairing.b)
+        self.sitting.pairs[(ja.spec.name, jb.spec.name)].append((solo_a / r_a, solo_b / r_b, span))
+        s_a, s_b, seconds, n = self.sitting.pair(ja.spec.name, jb.spec.name)
+        self._news.append(Observation(pairing.a, pairing.b, s_a, s_b))
+        if self.on_pair is not None:
+            self.on_pair(ja.spec, jb.spec, {
+                "solo_a": solo_a, "solo_b": solo_b, "coloc_a": r_a, "coloc_b": r_b, "slowdown_a": s_a,
+                "slowdown_b": s_b, "steps_a": steps_a, "steps_b": steps_b, "window_s": seconds, "trials": n,
+            })
+
+    # ---- jobs ----------------------------------------------------------------------------------------
+    def _local(self, spec: JobSpec, slots: list[int], start_step: int, progress: Path, log: Path) -> LocalJob:
+        return LocalJob(spec, self.layout, slots, start_step, progress, log, self.extra_env)
+
+    def shutdown(self) -> None:
+        """Kill every job's process (a stop or the end of the run); what they reported is kept."""
+        now = self.clock()
+        for j in list(self.live):
+            self._poll_job(j, now)
+            self.jobs[j].proc.kill()
+        self.live.clear()
+
+    def job_json(self, j: int) -> dict:
+        """What ``run.json`` records of job ``j`` beyond the loop's times."""
+        rec = self.jobs[j]
+        return {
+            "workload": rec.spec.name,
+            "steps": rec.spec.steps,
+            "steps_done": rec.steps,
+            "step_s": rec.step_s,
+            "startup_est_s": rec.startup_s,
+            "events": rec.events,
+            "startup_s": [round(s, 3) for s in rec.startups],
+            "solo_rate": (rec.solo_steps / rec.solo_s) if rec.solo_s else None,
+            "exit": rec.exit,
+        }
+
+
+def _safe(job_id: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in job_id)
+
+
+def _round(x: float) -> float | None:
+    return None if not math.isfinite(x) else round(x, 3)
