@@ -270,6 +270,10 @@ def test_jobs_that_share_a_slot_are_measured_and_written_as_observed_pairs(tmp_p
     assert np.isfinite([row["slowdown_a"], row["slowdown_b"]]).all() and row["slowdown_a"] > 0
     assert summary["runs"]["sjf-ffs"]["jobs"] and json.loads(
         (tmp_path / "run" / "sjf-ffs" / "run.json").read_text())["observed_pairs"] >= 1
+    from sharewise.datasets.store import read_datasets
+
+    profiles, pairs = read_datasets([data, tmp_path / "run" / "observed"])  # as 'sharewise train' reads them
+    assert "observed" in set(pairs["source"].fillna("")) and "sleep_step" in set(profiles["workload"])
 
 
 @pytest.mark.slow

@@ -199,14 +199,22 @@ def open_dataset(path: str | os.PathLike, profiles: bool = True, pairs: bool = F
 def read_datasets(
     paths: Sequence[str | os.PathLike], pairs: bool = True
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Read and concatenate several datasets; return ``(profiles, pairs)``."""
+    """Read and concatenate several datasets; return ``(profiles, pairs)``.
+
+    With several folders, one may hold only pairs (the observed pairs of a physical run, ``RUNDIR/observed``):
+    they join the profiles of the others. A single folder must hold what is asked for itself.
+    """
     if not paths:
         raise DatasetError("no dataset folder given; name at least one folder or 'reference'")
-    profiles, pair_tables = [], []
-    for p in paths:
-        ds = open_dataset(p, profiles=True, pairs=pairs)
-        profiles.append(ds.read_profiles())
-        pair_tables.append(ds.read_pairs())
+    if len(paths) == 1:
+        open_dataset(paths[0], profiles=True, pairs=pairs)
+    datasets = [open_dataset(p, profiles=False) for p in paths]
+    if not any(_data_files(ds.profiles_dir) for ds in datasets):
+        datasets[0].require(profiles=True)
+    if pairs and not any(_data_files(ds.pairs_dir) for ds in datasets):
+        datasets[0].require(profiles=False, pairs=True)
+    profiles = [ds.read_profiles() for ds in datasets]
+    pair_tables = [ds.read_pairs() for ds in datasets]
     return (
         pd.concat(profiles, ignore_index=True),
         pd.concat(pair_tables, ignore_index=True),
