@@ -84,6 +84,36 @@ def test_job_speed_makes_the_simulated_job_run_faster_than_the_policy_thinks():
     assert r.finish.tolist() == [5.0] and r.realized_slowdown.tolist() == [0.5]
 
 
+def test_the_simulator_charges_a_move_but_not_a_resume_in_place_when_asked_to():
+    """Job 0 (10 s) runs on GPU 0 from 0; at 2 s job 1 (3 s) arrives and takes GPU 0, job 0 paused with 8 s left.
+    Moved to GPU 1 at once it pays its 4 s start-up again: 2 + 8 + 4 = 14. Waiting to resume on GPU 0 when job 1
+    ends at 5 it pays nothing: 5 + 8 = 13. (A policy scripted here, in the signature every policy has.)"""
+    from sharewise.datasets.traces import Trace
+    from sharewise.policy.base import Decision, Placement
+
+    def scripted(move: bool):
+        def policy(queue, cluster, table, now):
+            if now == 0:
+                return Decision(start=[Placement(0, (0,))])
+            if now == 2:
+                return Decision(start=[Placement(1, (0,))] + ([Placement(0, (1,))] if move else []), preempt=(0,))
+            if 0 in queue.job.tolist() and cluster.occupancy()[0] == 0:
+                return Decision(start=[Placement(0, (0,))])
+            return Decision(start=[])
+
+        policy.preemptive = True
+        return policy
+
+    table = _two_job_table()
+    trace = Trace(job_id=np.array(["a", "b"], dtype=object), arrival=np.array([0.0, 2.0]),
+                  duration=np.array([10.0, 3.0]), gpus=np.array([1, 1]), workload=np.array(["w", "w"], dtype=object),
+                  line=np.array([2, 3]))
+    for move, end in ((True, 14.0), (False, 13.0)):
+        r = simulate(trace, scripted(move), table, cluster=Cluster(n_gpus=2, gpus_per_node=2),
+                     move_cost=np.array([4.0, 4.0]))
+        assert r.finish.tolist() == [end, 5.0]
+
+
 def test_a_segment_rate_counts_steps_between_its_first_and_last_report():
     seg = Segment(0.0, frozenset(), [(10, 1.0), (11, 1.5), (12, 2.0), (14, 3.0)])
     assert seg.rate() == (2.0, 4, 2.0)  # 4 steps from t=1 to t=3

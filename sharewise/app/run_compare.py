@@ -17,7 +17,7 @@ from sharewise.runtime.world import Sitting
 
 _JSON_DECIMALS = 4
 
-def sitting_truth(inputs: RunInputs, sitting: Sitting) -> tuple[SlowdownTable, np.ndarray, list[str]]:
+def sitting_truth(inputs: RunInputs, sitting: Sitting) -> tuple[SlowdownTable, np.ndarray, np.ndarray, list[str]]:
     """The simulator's truth from this sitting: the trace's pair slowdowns as the runs observed them (else the
     dataset's), and each job's exclusive run time (its start-up, then its steps at its workload's solo rate
     in the sitting)."""
@@ -36,19 +36,20 @@ def sitting_truth(inputs: RunInputs, sitting: Sitting) -> tuple[SlowdownTable, n
                 from_dataset.append(f"{a}+{b}")
     truth = SlowdownTable(names, p50, p50, p50, inputs.truth.allowed, device_name=inputs.layout.device_name,
                           source="this sitting")
-    exclusive = []
+    exclusive, startup = [], []
     for spec in inputs.specs:
         rate = sitting.solo_rate(spec.name)
         if not (rate > 0):
             rate = inputs.throughput.get(spec.name, math.nan)
         startups = sitting.startup.get(spec.name) or [1.0 / rate]
         # The first step is one of the steps: the start-up is what the first report took beyond it.
-        exclusive.append(max(0.0, float(np.median(startups)) - 1.0 / rate) + spec.steps / rate)
+        startup.append(max(0.0, float(np.median(startups)) - 1.0 / rate))
+        exclusive.append(startup[-1] + spec.steps / rate)
     notes = [f"simulator's truth: each workload's solo step time and start-up time as measured in this sitting; "
              f"{observed} workload pair(s) of the trace as the runs observed them"
              + (f", {len(from_dataset)} the runs never formed from the dataset ({', '.join(from_dataset[:6])}"
                 + (", ..." if len(from_dataset) > 6 else "") + ")" if from_dataset else "")]
-    return truth, np.array(exclusive), notes
+    return truth, np.array(exclusive), np.array(startup), notes
 
 
 def compare(inputs: RunInputs, config: PhysicalConfig, runs: dict[str, SimulationResult],
@@ -56,7 +57,9 @@ def compare(inputs: RunInputs, config: PhysicalConfig, runs: dict[str, Simulatio
     """Simulate every run's trace and policy on the same slots with the sitting's truth; compare per policy.
 
     The simulated policies know each job's work exactly as the physical run's policies did (its start-up and
-    steps at the calibrated step time); the simulated jobs run at the speed the sitting measured.
+    steps at the calibrated step time); the simulated jobs run at the speed the sitting measured; a paused
+    job resumed on its own slot goes on for free and one moved to another slot pays its start-up again, as in
+    the physical run.
 
     Example: ``{"sharewise": {"avg_jct_physical": 81.2, "avg_jct_simulated": 78.9, "avg_ratio": 1.029,
     "p95_jct_physical": ..., "p95_jct_simulated": ..., "p95_ratio": ..., "job_ratio_median": 1.01,
@@ -64,7 +67,7 @@ def compare(inputs: RunInputs, config: PhysicalConfig, runs: dict[str, Simulatio
     """
     from sharewise.policy.simulator import simulate
 
-    truth, exclusive, notes = sitting_truth(inputs, sitting)
+    truth, exclusive, startup, notes = sitting_truth(inputs, sitting)
     step_s, startup_s = step_times(inputs, sitting)
     known = startup_s + np.array([s.steps for s in inputs.specs]) * step_s
     trace = Trace(job_id=inputs.trace.job_id, arrival=inputs.trace.arrival, duration=known,
@@ -75,7 +78,8 @@ def compare(inputs: RunInputs, config: PhysicalConfig, runs: dict[str, Simulatio
     out: dict[str, dict] = {}
     for name, run in runs.items():
         sim = simulate(trace, get_policy(name), truth, view, cluster=cluster, slo=config.max_slowdown, name=name,
-                       observe=config.observe, round_s=config.round_s, job_speed=known / exclusive)
+                       observe=config.observe, round_s=config.round_s, job_speed=known / exclusive,
+                       move_cost=startup)
         ok = np.isfinite(run.finish)
         phys_jct = run.finish - run.arrival
         ratio = phys_jct[ok] / sim.jct[ok]

@@ -141,7 +141,7 @@ class World(Protocol):
         """Job ``job`` was placed on ``gpus`` (already in ``loop.resident``); ``restart``: it ran before."""
 
     def stopped(self, job: int, now: float) -> None:
-        """Running job ``job`` was preempted (already off its GPUs in ``loop.resident``)."""
+        """Running job ``job`` is preempted (``loop.job_gpus[job]`` still names its GPUs; it leaves them next)."""
 
     def rate_changed(self, job: int, now: float) -> None:
         """Running job ``job`` got or lost a partner on one of its GPUs at ``now``."""
@@ -381,8 +381,8 @@ class SchedulingLoop:
             raise InvalidPlacementError(f"policy {self.name!r} preempted job {j}, which is not running")
         self.status[j] = QUEUED
         affected.discard(j)
+        self.world.stopped(j, now)  # still on its GPUs: the world may note where it was
         self._vacate(j, affected)
-        self.world.stopped(j, now)
         self.preemptions += 1
         return j
 

@@ -45,6 +45,7 @@ def simulate(
     observe: bool = True,
     round_s: float | None = None,
     job_speed: np.ndarray | None = None,
+    move_cost: np.ndarray | None = None,
 ) -> SimulationResult:
     """Replay ``trace`` on ``cluster`` under ``policy``; return per-job times and the metrics.
 
@@ -77,6 +78,10 @@ def simulate(
         policies know the durations, the jobs run at ``job_speed`` times their rate. ``sharewise run
         --compare-sim`` gives the policies what the physical run's policies knew, and the jobs the speed
         measured in the sitting.
+    move_cost
+        Per job, what restarting it on other GPUs costs (seconds of exclusive run time), where resuming it on
+        the GPUs it left costs nothing, as a physical run pauses and resumes jobs in place; default: every
+        restart costs ``cluster.preempt_delay_s`` (a checkpoint restore).
     """
     if round_s is not None and not (math.isfinite(round_s) and round_s > 0):
         raise ConfigError(f"round length must be a positive number of seconds, got {round_s}")
@@ -91,7 +96,7 @@ def simulate(
         line=trace.line,
         policy=policy,
         table=table,
-        world=SimWorld(truth, cluster.preempt_delay_s, observe, job_speed),
+        world=SimWorld(truth, cluster.preempt_delay_s, observe, job_speed, move_cost),
         cluster=cluster,
         slo=slo,
         name=name,
@@ -117,11 +122,13 @@ class SimWorld:
         return 1e-9 * max(1.0, now)
 
     def __init__(self, truth: SlowdownTable, preempt_delay_s: float, observe: bool,
-                 job_speed: np.ndarray | None = None) -> None:
+                 job_speed: np.ndarray | None = None, move_cost: np.ndarray | None = None) -> None:
         self.truth_p50 = np.where(truth.allowed, truth.p50, np.inf)
         self.preempt_delay = float(preempt_delay_s)
         self.observe = observe
         self.job_speed = None if job_speed is None else np.asarray(job_speed, dtype=float)
+        self.move_cost = None if move_cost is None else np.asarray(move_cost, dtype=float)
+        self.last_gpus: dict[int, list[int]] = {}
         self.heap: list[tuple[float, int, int]] = []
         self.found: list[Observation] = []
 
@@ -165,7 +172,10 @@ class SimWorld:
     def started(self, j: int, gpus: list[int], now: float, restart: bool) -> None:
         loop = self.loop
         if restart:
-            loop.remaining[j] += self.preempt_delay
+            if self.move_cost is None:
+                loop.remaining[j] += self.preempt_delay
+            elif self.last_gpus.get(j) != gpus:  # resumed in place costs nothing; a move restarts the job
+                loop.remaining[j] += self.move_cost[j]
         self.anchor_t[j] = now
         if not self.observe:
             return
@@ -181,6 +191,8 @@ class SimWorld:
     def stopped(self, j: int, now: float) -> None:
         self.rate[j] = 0.0
         self.version[j] += 1
+        if self.move_cost is not None:
+            self.last_gpus[j] = list(self.loop.job_gpus[j])
 
     def rate_changed(self, j: int, now: float) -> None:
         loop = self.loop
