@@ -362,6 +362,8 @@ class RealWorld:
             # From the spawn to the end of the first step: process start, import, build, one step.
             took = records[0][1] - self.t0 - rec.spawned_at
             rec.startups.append(took)
+            if rec.events and rec.events[-1]["event"] in ("move", "restart"):
+                rec.events[-1]["took_s"] = round(took, 3)  # the real cost of the restart, to its first step
             if rec.spawn_alone:
                 self.sitting.startup[rec.spec.name].append(took)
             rec.spawned_at = math.nan
