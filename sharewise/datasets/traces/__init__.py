@@ -33,7 +33,9 @@ class Trace:
     """Jobs to replay, sorted by arrival; all arrays have one entry per job.
 
     ``duration`` is the exclusive run time in seconds on a speed-1.0 GPU; ``line`` is the job's line in the
-    source file (for messages); ``notes`` lists assumptions made while loading.
+    source file (for messages); ``notes`` lists assumptions made while loading. ``workload`` holds the names
+    the measured tables use; ``spec`` (None when every job's is its name) the workload spec each job was
+    given, a command's ``NAME=cmd:...`` included, for whatever runs the jobs for real.
 
     Example (two jobs)::
 
@@ -51,6 +53,7 @@ class Trace:
     source: str = ""
     format: str = "csv"
     notes: tuple[str, ...] = field(default=())
+    spec: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.arrival.shape[0])
@@ -67,6 +70,7 @@ class Trace:
             self.source,
             self.format,
             self.notes,
+            None if self.spec is None else self.spec[keep],
         )
 
     def head(self, n: int) -> Trace:

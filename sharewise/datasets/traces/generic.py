@@ -1,4 +1,10 @@
-"""The generic trace CSV: ``job_id, arrival_s, duration_s, gpus, workload``, one job a line, in arrival order."""
+"""The generic trace CSV: ``job_id, arrival_s, duration_s, gpus, workload``, one job a line, in arrival order.
+
+A ``workload`` cell is a workload name or spec; a command spec (``mytrain=cmd:python train.py``, see
+``sharewise.command_spec``) is replayed under its recorded name (``mytrain``), the spec kept in ``Trace.spec``.
+A cell holding a comma or a double quote is quoted as CSV quotes any cell (``"a=cmd:python a.py --x 1,2"``,
+inner double quotes doubled).
+"""
 
 from __future__ import annotations
 
@@ -8,9 +14,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from sharewise.command_spec import is_command_spec, recorded_names
 from sharewise.datasets.traces import Trace, TraceContext, TraceFormat
 from sharewise.datasets.traces._fields import numeric_column, read_csv, whole_column
-from sharewise.errors import TraceError
+from sharewise.errors import ConfigError, TraceError
 
 GENERIC_COLUMNS = ("job_id", "arrival_s", "duration_s", "gpus", "workload")
 
@@ -43,6 +50,14 @@ def read_generic_csv(path: Path, context: TraceContext | None = None) -> Trace:
             f"{path}:{int(later) + 2}: job_id {job_id[dup]!r} repeats the job of line {dup + 2}; job ids "
             "must be unique"
         )
+    specs = None
+    if any(is_command_spec(w) for w in np.unique(workload)):
+        specs = workload
+        try:
+            workload = np.array(recorded_names(list(workload)), dtype=object)
+        except ConfigError as exc:
+            bad = next(i for i, w in enumerate(specs) if _unparsable(w))
+            raise TraceError(f"{path}:{bad + 2}: column 'workload': {exc}") from None
     return Trace(
         job_id=job_id,
         arrival=arrival,
@@ -52,7 +67,16 @@ def read_generic_csv(path: Path, context: TraceContext | None = None) -> Trace:
         line=np.arange(2, len(df) + 2),
         source=str(path),
         format="csv",
+        spec=specs,
     )
+
+
+def _unparsable(cell: str) -> bool:
+    try:
+        recorded_names([cell])
+    except ConfigError:
+        return True
+    return False
 
 
 def write_generic_csv(trace: Trace, path: str | os.PathLike) -> Path:
@@ -64,7 +88,7 @@ def write_generic_csv(trace: Trace, path: str | os.PathLike) -> Path:
             "arrival_s": trace.arrival,
             "duration_s": trace.duration,
             "gpus": trace.gpus,
-            "workload": trace.workload,
+            "workload": trace.workload if trace.spec is None else trace.spec,
         }
     ).to_csv(path, index=False)
     return path
