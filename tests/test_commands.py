@@ -367,3 +367,37 @@ def test_importing_the_command_api_imports_no_torch():
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "False", out.stderr
+
+
+def test_an_update_the_loss_scaler_skips_is_not_a_step(tmp_path):
+    torch = pytest.importorskip("torch")
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    from sharewise.profiler.progress import read_progress
+
+    hook = _hook(tmp_path)
+    handle = register_optimizer_step_post_hook(hook.on_optimizer_step)
+    try:
+        model = torch.nn.Linear(4, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        scaler = torch.amp.GradScaler("cpu", init_scale=2.0**4)
+        x = torch.randn(8, 4)
+        for scale in (1.0, float("inf"), 1.0):  # the second update's gradients overflow: AMP skips it
+            opt.zero_grad()
+            scaler.scale(model(x).sum() * scale).backward()
+            scaler.step(opt)
+            scaler.update()
+        # Gradient accumulation: two backward passes, one update, one step.
+        opt.zero_grad()
+        for _ in range(2):
+            scaler.scale(model(x).sum()).backward()
+        scaler.step(opt)
+        scaler.update()
+    finally:
+        handle.remove()
+    assert [s for s, _ in read_progress(tmp_path / "progress")] == [1, 2, 3]
+
+
+def test_a_hook_that_cannot_write_reports_nothing_and_never_raises_into_the_step(tmp_path):
+    hook = _hook(tmp_path / "no-such-folder")
+    assert hook.step() is None and hook.step() is None

@@ -105,9 +105,14 @@ class StepHook:
     def step(self, source: str = "call") -> int | None:
         """Record one step of this process (if it owns the count); return the count, or None."""
         with self._lock:
-            if not self._claim(source):
+            try:
+                if not self._claim(source):
+                    return None
+                count = self.writer.step()
+            except OSError as exc:  # the progress file is unwritable: the job runs on, unreported
+                sys.stderr.write(f"sharewise step hook: cannot report steps to {self.path}: {exc}\n")
+                self.path, self.owner_pid = None, None
                 return None
-            count = self.writer.step()
         if self.features_path is not None and not self.features_done:
             self._features_tick()
         if self.max_steps is not None and count >= self.max_steps:
