@@ -28,7 +28,7 @@ def workloads(as_json: bool = typer.Option(False, "--json", help="Print a JSON l
         print_json(items)
         return
     table = Table(
-        title=f"{len(items)} built-in workloads (a workload of your own: path/to/file.py:ClassName)"
+        title=f"{len(items)} built-in workloads (your own: path/to/file.py:ClassName, or NAME=cmd:python train.py)"
     )
     for col in ("name", "family", "batch", "kind", "description"):
         table.add_column(col)
