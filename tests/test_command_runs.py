@@ -139,6 +139,22 @@ def test_profile_a_training_script_as_it_is(tmp_path):
     assert row["f_param_bytes"] == 4 * (16 * 3 * 9 + 16 + 32 * 16 * 9 + 32 + 2048 * 10 + 10)
 
 
+@pytest.mark.gpu
+def test_profile_a_training_script_on_a_gpu(tmp_path):
+    from sharewise.datasets.store import Dataset
+
+    spec = script("gpucnn", "cnn_train.py", options="--batch-size 16 ")
+    out = run_cli(["profile", spec, "--device", "cuda", "--out", str(tmp_path / "d"), "--repeats", "2",
+                   "--window", "0.2"])
+    assert out.returncode == 0, out.stderr[-3000:]
+    (_, row), = Dataset(tmp_path / "d").read_profiles().iterrows()
+    assert row["device_kind"] == "cuda" and row["throughput"] > 0
+    _measured_features_finite(row)
+    assert 0 < row["f_mem_peak_allocated_bytes"] <= row["f_mem_peak_reserved_bytes"]
+    assert row["f_nvml_samples"] > 0 and row["f_device_mem_bytes"] > 0
+    assert row["f_flops_per_step"] == 143_523_840, "the same formulas count the same step on any device"
+
+
 def test_a_pairs_campaign_of_two_scripts_and_a_built_in_workload(tmp_path):
     from sharewise.datasets.store import Dataset
     from sharewise.profiler.hostload import ForeignCpuMeter

@@ -560,8 +560,9 @@ def _nvml_process_memory(pids: set[int], device: str) -> float | None:
     try:
         visible = cuda_visible(_cuda_index(device))
         handle = pynvml.nvmlDeviceGetHandleByIndex(int(visible) if visible.isdigit() else _cuda_index(device))
-        procs = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
-        return float(sum(p.usedGpuMemory or 0 for p in procs if p.pid in pids))
+        mine = [p for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle) if p.pid in pids]
+        # No match: the driver shows pids of another namespace (a container), so the use is unknown.
+        return float(sum(p.usedGpuMemory or 0 for p in mine)) if mine else None
     except Exception:  # a driver that hides processes (containers): unknown
         return None
     finally:
