@@ -119,7 +119,6 @@ class CommandWorker:
         self.last_used = time.monotonic()
         self.info: dict = {}
         self.ready = False
-        self.steps_seen = 0
         self._dir = tempfile.mkdtemp(prefix=f"sharewise-{self.command.name}-")
         self.progress_path = os.path.join(self._dir, "progress")
         self.features_path = os.path.join(self._dir, "hook.json")
@@ -410,7 +409,6 @@ class CommandWorker:
         while True:
             got += self.reader.poll()
             if len(got) >= n:
-                self.steps_seen = self.reader.steps
                 return got
             self._check_running(stage)
             if time.monotonic() > limit:
