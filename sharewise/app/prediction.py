@@ -151,13 +151,14 @@ def predict(options: PredictOptions) -> list[dict]:
 
     Returns one ``explain_pair`` dict per device, e.g. ``[{"device_name": "cpu", "speed_sum": 1.4, ...}]``.
     """
+    from sharewise.command_spec import recorded_name
     from sharewise.datasets import read_datasets
     from sharewise.predictor import SlowdownRegressor
     from sharewise.predictor.api import common_devices, explain_pair
 
     model = SlowdownRegressor.load(options.model)
     profiles, _ = read_datasets(list(options.data), pairs=False)
-    a, b = options.workload_a, options.workload_b
+    a, b = recorded_name(options.workload_a), recorded_name(options.workload_b)
     devices = [options.device] if options.device else common_devices(profiles, a, b)
     if not devices:
         raise DatasetError(f"{a!r} and {b!r} have no profile on a common device; profile both on the same device")

@@ -126,6 +126,30 @@ def deploy(config: RecommendConfig, emit: str, out: str | os.PathLike | None = N
     return Deployment(solved.plan, neutral, emit, text, None if out is None else str(out))
 
 
+def _command_specs(queue: pd.DataFrame, cluster: pd.DataFrame | None) -> dict[str, str]:
+    """Replace command specs in the ``workload`` columns by their recorded names, in place; return
+    ``{job_id: spec}`` of the jobs given as commands (the plan carries them, as ``specs``)."""
+    from sharewise.command_spec import is_command_spec, recorded_names
+
+    out: dict[str, str] = {}
+    for table in (queue, cluster):
+        if table is None or "workload" not in table.columns or "job_id" not in table.columns:
+            continue
+        cells = table["workload"].fillna("").astype(str).str.strip()
+        # ``unique`` first: a queue of 100,000 jobs names a few workloads.
+        found = [w for w in cells.unique() if is_command_spec(w)]
+        if not found:
+            continue
+        commands = cells.isin(found)
+        for job, spec in zip(table.loc[commands, "job_id"].astype(str).str.strip(), cells[commands], strict=True):
+            out[job] = spec
+        try:
+            table.loc[commands, "workload"] = recorded_names(list(cells[commands]))
+        except ConfigError as exc:
+            raise TraceError(f"queue or cluster: column 'workload': {exc}") from None
+    return out
+
+
 def _solve(config: RecommendConfig, strict: bool) -> _Solved:
     from sharewise.datasets.store import open_dataset
     from sharewise.predictor import SlowdownRegressor, predict_pairs
@@ -137,6 +161,7 @@ def _solve(config: RecommendConfig, strict: bool) -> _Solved:
     profiles = ds.read_profiles()
     queue = read_table_csv(config.queue, "queue", QUEUE_COLUMNS)
     cluster = read_table_csv(config.cluster, "cluster", CLUSTER_COLUMNS) if config.cluster else None
+    specs = _command_specs(queue, cluster)
     # ``unique`` first: iterating 100,000 Arrow strings in Python takes 0.06-0.12 s, ``unique`` 1 ms.
     needed = sorted(
         set(queue["workload"].astype(str).str.strip().unique())
@@ -209,6 +234,9 @@ def _solve(config: RecommendConfig, strict: bool) -> _Solved:
     if unseen is not None:
         notes.append(unseen)
     plan.notes = notes
+    if specs:
+        for p in plan.placements:
+            p["specs"] = [specs.get(str(j), w) for j, w in zip(p["jobs"], p["workloads"], strict=True)]
     modes = _measured_modes(measured, prof, device)
     return _Solved(plan, device, prof, needed, modes, device_memory, resources, cluster)
 

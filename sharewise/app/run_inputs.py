@@ -166,12 +166,13 @@ def _job_specs(trace: Trace, throughput: dict[str, float], config: PhysicalConfi
     """One ``JobSpec`` per job; workload specs are resolved (an unknown one fails here, before anything runs)."""
     from sharewise.profiler.workloads import workload_name
 
+    given = trace.workload if trace.spec is None else trace.spec  # a command's spec; its name is the workload
     recorded: dict[str, str] = {}
-    for spec in dict.fromkeys(trace.workload.tolist()):
+    for spec in dict.fromkeys(given.tolist()):
         recorded[spec] = workload_name(spec)
     specs = []
     for i in range(len(trace)):
-        spec = str(trace.workload[i])
+        spec = str(given[i])
         name = recorded[spec]
         if trace.steps is not None:
             steps = int(trace.steps[i])

@@ -39,18 +39,21 @@ class SuggestResult:
 
 def suggest(options: SuggestOptions) -> SuggestResult:
     """Load the model and the datasets, refit cheaply on the new workloads' measured pairs, and suggest."""
+    from sharewise.command_spec import recorded_names
     from sharewise.datasets import read_datasets
     from sharewise.predictor import SlowdownRegressor, suggest_pairs
 
     model = SlowdownRegressor.load(options.model)
     profiles, pairs = read_datasets(list(options.data))
+    # A command spec names its workload by the name it is recorded under.
+    workloads = recorded_names(options.workloads)
     picks = suggest_pairs(
         model,
         profiles,
         pairs,
-        list(options.workloads),
-        against=list(options.against) or None,
+        workloads,
+        against=recorded_names(options.against) or None,
         budget=options.budget,
         device=options.device,
     )
-    return SuggestResult(suggestions=picks, workloads=list(options.workloads), budget=options.budget)
+    return SuggestResult(suggestions=picks, workloads=workloads, budget=options.budget)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import sys
 
 from rich.console import Console
@@ -72,11 +73,23 @@ def fmt(value, spec: str = ".3f", suffix: str = "") -> str:
     return f"{value:{spec}}{suffix}"
 
 
+#: Where a command spec starts in a comma-separated list: a comma before ``[NAME=]cmd:``.
+_COMMAND_START = re.compile(r"(?:^|,)(?=\s*(?:[^\s=:,]+=)?cmd:)")
+
+
 def split_list(values: list[str] | None) -> list[str]:
-    """Flatten repeated and comma-separated option values: ``["a,b", "c"]`` -> ``["a", "b", "c"]``."""
+    """Flatten repeated and comma-separated option values: ``["a,b", "c"]`` -> ``["a", "b", "c"]``.
+
+    A command spec (``[NAME=]cmd:...``) may hold commas of its own: from the first command on, a value
+    splits only before the next ``[NAME=]cmd:``, so ``"ncf,a=cmd:python a.py --x 1,2"`` gives ``["ncf",
+    "a=cmd:python a.py --x 1,2"]``. Give each command its own option (``-w 'a=cmd:...' -w 'b=cmd:...'``)
+    or put commands last.
+    """
     out = []
     for v in values or []:
-        out.extend(x.strip() for x in v.split(",") if x.strip())
+        parts = _COMMAND_START.split(v)
+        out.extend(x.strip() for x in parts[0].split(",") if x.strip())
+        out.extend(x.strip() for x in parts[1:] if x.strip())
     return out
 
 

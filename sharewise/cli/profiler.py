@@ -9,7 +9,8 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from sharewise.cli.common import console, err_console, one_of, print_json, split_list
+from sharewise.cli.common import console, err_console, fmt, one_of, print_json, split_list
+from sharewise.errors import SharewiseError
 from sharewise.profiler.config import ISOLATIONS, SIZES
 from sharewise.profiler.executors import EXECUTORS
 from sharewise.profiler.modes import SHARING_MODES
@@ -27,7 +28,7 @@ def workloads(as_json: bool = typer.Option(False, "--json", help="Print a JSON l
         print_json(items)
         return
     table = Table(
-        title=f"{len(items)} built-in workloads (a workload of your own: path/to/file.py:ClassName)"
+        title=f"{len(items)} built-in workloads (your own: path/to/file.py:ClassName, or NAME=cmd:python train.py)"
     )
     for col in ("name", "family", "batch", "kind", "description"):
         table.add_column(col)
@@ -111,7 +112,11 @@ def _probe_cell(row: dict) -> str:
 
 
 def profile(
-    workload: list[str] = typer.Argument(..., help="Workload names or path/to/file.py:Class specs."),
+    workload: list[str] = typer.Argument(
+        ...,
+        help="Workload names, path/to/file.py:Class specs, or training commands as they are: "
+        "'NAME=cmd:python train.py ARGS' (see the README, 'Your training script as is').",
+    ),
     out: Path = typer.Option(..., "--out", "-o", help="Dataset folder to add the profiles to."),
     device: str = DEVICE,
     slots: int = SLOTS,
@@ -133,7 +138,9 @@ def profile(
 ):
     """Profile workloads alone: throughput, step-time percentiles, CV over repeats and f_* features.
 
-    Example: sharewise profile resnet18 lstm_lm --device cpu --out runs/cpu
+    A training command runs unmodified; sharewise counts its optimizer steps and pauses it between windows.
+
+    Example: sharewise profile resnet18 'mytrain=cmd:python train.py --bs 64' --device cpu --out runs/cpu
     """
     from sharewise.app.profiling import ProfileOptions
     from sharewise.app.profiling import profile as run
@@ -164,7 +171,7 @@ def profile(
             f"{row['device_kind']}:{row['device_index']}",
             str(row["batch_size"]),
             f"{row['throughput']:.2f}",
-            f"{row['samples_per_s']:.1f}",
+            fmt(row["samples_per_s"], ".1f"),
             f"{row['iter_p50_ms']:.1f}",
             f"{row['iter_p95_ms']:.1f}",
             f"{row['cv'] * 100:.1f}%",
@@ -194,7 +201,10 @@ def profile(
 
 def pairs(
     workloads: list[str] = typer.Option(
-        ..., "--workloads", "-w", help="Comma-separated workloads (names or specs)."
+        ...,
+        "--workloads",
+        "-w",
+        help="Comma-separated workloads (names or specs); give each command ('NAME=cmd:...') its own -w.",
     ),
     out: Path = typer.Option(
         ..., "--out", "-o", help="Dataset folder (created if missing; resumes if present)."
@@ -268,6 +278,22 @@ def pairs(
     except CampaignInterrupted as exc:
         stopped(exc, exc.kept, out)
     render_pairs(result)
+    summary = result.summary
+    # A campaign of commands that measured nothing is a failed start (a wrong path, a script that never
+    # steps): one line and exit 2. Built-in workloads' failures stay recorded rows of a campaign that ran.
+    from sharewise.command_spec import is_command_spec
+
+    commands = any(is_command_spec(w) for w in options.workloads)
+    if commands and summary.failures and not summary.profiled and not summary.by_status.get("ok"):
+        a, b, status, error = summary.failures[0]
+        raise CampaignFailed(
+            f"nothing could be measured ({len(summary.failures)} failure(s); first: {a} | {b}, {status}: "
+            f"{error}); the rows recorded are kept in {out}"
+        )
+
+
+class CampaignFailed(SharewiseError):
+    """A campaign in which nothing could be measured (every profile and pair failed)."""
 
 
 def stopped(exc, kept: int, out: Path) -> None:
@@ -422,7 +448,32 @@ def show(
                 str(int(nf)),
             )
         console.print(table)
+        for note in unmeasured_notes(prof):
+            console.print(note)
     print_matrix(result.pairs)
+
+
+def unmeasured_notes(profiles) -> list[str]:
+    """Why the features of command profiles (a ``spec`` of ``NAME=cmd:...``) are NaN, one line per reason."""
+    from sharewise.command_spec import is_command_spec
+
+    if "spec" not in profiles.columns:
+        return []
+    commands = profiles[profiles["spec"].fillna("").astype(str).map(is_command_spec)]
+    if commands.empty:
+        return []
+    from sharewise.profiler.blackbox import UNMEASURED, UNMEASURED_SOMETIMES
+
+    names = ", ".join(sorted(set(commands["workload"].astype(str))))
+    reasons: dict[str, list[str]] = {}
+    for feature, why in {**UNMEASURED, **UNMEASURED_SOMETIMES}.items():
+        if feature in commands.columns and commands[feature].isna().any():
+            reasons.setdefault(why, []).append(feature)
+    lines = [f"commands measured as they run ({names}): features not measured (NaN), and why:"]
+    for why, features in reasons.items():
+        shown = ", ".join(features[:3]) + (f" and {len(features) - 3} more" if len(features) > 3 else "")
+        lines.append(f"  {shown}: {why}")
+    return lines if len(lines) > 1 else []
 
 
 def register(app: typer.Typer) -> None:

@@ -172,6 +172,7 @@ class JobDeploy:
     active_thread_percentage: int | None
     sm_demand: float | None
     demand_source: str | None
+    spec: str | None = None  # the workload spec the job was queued as, where it is a command
 
     @property
     def memory_limit_mib(self) -> int | None:
@@ -192,9 +193,11 @@ class JobDeploy:
         }
 
     def to_json(self) -> dict:
+        spec = {} if self.spec is None else {"spec": self.spec}
         return {
             "job_id": self.job_id,
             "workload": self.workload,
+            **spec,
             "resident": self.resident,
             "p50": self.p50,
             "p90": self.p90,
@@ -366,8 +369,11 @@ def build_deploy_plan(
                 active_thread_percentage=pct[k],
                 sm_demand=r.sm_demand,
                 demand_source=r.demand_source,
+                spec=None if spec == w else spec,
             )
-            for k, (job, w, r) in enumerate(zip(p["jobs"], p["workloads"], res, strict=True))
+            for k, (job, w, r, spec) in enumerate(
+                zip(p["jobs"], p["workloads"], res, p.get("specs", p["workloads"]), strict=True)
+            )
         )
         out.append(
             PlacementDeploy(

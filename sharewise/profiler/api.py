@@ -39,12 +39,15 @@ def profile_one(
     """Profile one workload and return its profiles-table row; features come from the cache when present.
 
     Features depend on (workload, size, batch size, device, torch version, mode), not on the run, so they
-    are computed once and cached (``$SHAREWISE_CACHE_DIR`` or ``~/.cache/sharewise/features``). ``pool``:
+    are computed once and cached (``$SHAREWISE_CACHE_DIR`` or ``~/.cache/sharewise/features``), except a
+    command's, measured at every profile. ``pool``:
     warm workers to run in and leave the job's worker in (a campaign's, see ``profile_workload``).
     """
+    from sharewise.profiler.commands import is_command_spec
     from sharewise.profiler.features import FeatureCache
 
-    cache = FeatureCache() if use_cache else None
+    # A command's features come from its script, which may change while its spec stays the same: never cached.
+    cache = FeatureCache() if use_cache and not is_command_spec(spec) else None
 
     def lookup(info: dict):
         if cache is None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
+from sharewise.profiler.blackbox import start_worker
 from sharewise.profiler.config import RunConfig, device_kind
 from sharewise.profiler.modes import CoreAssignment
 from sharewise.profiler.session import Worker, WorkerFailed
@@ -214,7 +215,7 @@ class WorkerPool:
     def _start_once(self, specs: Sequence[str], assignments: Sequence[CoreAssignment]) -> list[Worker]:
         cfg = self.config
         deadline = time.monotonic() + cfg.timeout_s
-        workers = [Worker(s, cfg, a, self.extra_env, deadline) for s, a in zip(specs, assignments, strict=True)]
+        workers = [start_worker(s, cfg, a, self.extra_env, deadline) for s, a in zip(specs, assignments, strict=True)]
         self.started += len(workers)
         try:
             for w in workers:

@@ -203,7 +203,8 @@ def _row(spec: str, config: RunConfig, windows: list[Window], info: dict, began:
         "created_at": utc_now(),
         "iter_time_ms": 1e3 / tp,
         "throughput": tp,
-        "samples_per_s": tp * batch,
+        # A command that does not say its batch size has steps, not samples (``batch_known`` False).
+        "samples_per_s": tp * batch if info.get("batch_known", True) else math.nan,
         "iter_p50_ms": float(np.mean([w.step_p50_ms for w in windows])),
         "iter_p95_ms": float(np.mean([w.step_p95_ms for w in windows])),
         "iter_p99_ms": float(np.mean([w.step_p99_ms for w in windows])),

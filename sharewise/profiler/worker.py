@@ -102,6 +102,17 @@ def _timed_steps(workload, sync, until: float, min_steps: int) -> list[float]:
             return times
 
 
+def step_time_settled(times: list[float], tolerance: float) -> bool:
+    """Whether step time settled: the median of the last 3 steps is within ``tolerance`` of the median of the
+    3 steps one step earlier (needs at least 4 step times; see ``warm_up``).
+
+    >>> step_time_settled([0.9, 0.1, 0.1, 0.105], 0.10), step_time_settled([0.1, 0.1, 0.2, 0.2], 0.10)
+    (True, False)
+    """
+    last, prev = sorted(times[-3:])[1], sorted(times[-4:-1])[1]
+    return abs(last - prev) <= tolerance * prev
+
+
 def warm_up(workload, sync, min_steps: int, max_s: float, tolerance: float) -> dict:
     """Step until at least ``min_steps`` ran and step time settled, or ``max_s`` passed.
 
@@ -118,11 +129,9 @@ def warm_up(workload, sync, min_steps: int, max_s: float, tolerance: float) -> d
         workload.step()
         sync()
         times.append(time.perf_counter() - t0)
-        if len(times) >= max(min_steps, 4):
-            last, prev = sorted(times[-3:])[1], sorted(times[-4:-1])[1]
-            if abs(last - prev) <= tolerance * prev:
-                settled = True
-                break
+        if len(times) >= max(min_steps, 4) and step_time_settled(times, tolerance):
+            settled = True
+            break
         if time.perf_counter() >= deadline and len(times) >= min_steps:
             break
     recent = sorted(times[-5:])

@@ -88,7 +88,7 @@ class LocalJob:
         self.reader = ProgressReader(self.progress_path, self.start_step)
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed with the job
         self.spawned_at = time.time()
-        self.proc = _spawn(spec, layout, cores, threads, cuda, env, self._log)
+        self.proc = _spawn(spec, layout, cores, threads, cuda, env, self._log, self.start_step)
         self.paused = False
         self._exit: Exit | None = None
 
@@ -149,13 +149,16 @@ class LocalJob:
             return False
 
 
-def _spawn(spec: JobSpec, layout: Layout, cores, threads, cuda, env, log) -> subprocess.Popen:
-    try:
-        from sharewise.profiler import commands
-    except ImportError:  # training commands come with the profiler's command workloads
-        commands = None
-    if commands is not None and commands.is_command_spec(spec.workload):
-        return commands.launch_job(spec.workload, env=env, cores=cores, stdout=log)
+def _spawn(spec: JobSpec, layout: Layout, cores, threads, cuda, env, log, start_step: int) -> subprocess.Popen:
+    from sharewise.command_spec import is_command_spec
+
+    if is_command_spec(spec.workload):
+        from sharewise.profiler.commands import launch, parse_command
+
+        extra = {k: v for k, v in env.items() if k.startswith("CUDA_MPS_")}  # the sharing mode's
+        return launch(parse_command(spec.workload), progress_path=env[ENV_PATH], max_steps=spec.steps,
+                      start_step=start_step, cores=cores, cuda_devices=cuda, threads=threads, extra_env=extra,
+                      stdout=log, die_with_parent=True)
     payload = {
         "spec": spec.workload,
         "device": "cpu" if layout.device == "cpu" else "cuda:0",

@@ -33,9 +33,11 @@ class Trace:
     """Jobs to replay, sorted by arrival; all arrays have one entry per job.
 
     ``duration`` is the exclusive run time in seconds on a speed-1.0 GPU; ``line`` is the job's line in the
-    source file (for messages); ``notes`` lists assumptions made while loading. ``steps``, where the file gives
-    them (the generic CSV's ``steps`` column), is each job's length in training steps; a physical run
-    (``sharewise run``) runs that many, and ``duration`` is then the steps at the device's solo throughput.
+    source file (for messages); ``notes`` lists assumptions made while loading. ``workload`` holds the names
+    the measured tables use; ``spec`` (None when every job's is its name) the workload spec each job was
+    given, a command's ``NAME=cmd:...`` included, for whatever runs the jobs for real. ``steps``, where the
+    file gives them (the generic CSV's ``steps`` column), is each job's length in training steps; a physical
+    run (``sharewise run``) runs that many, and ``duration`` is then the steps at the device's solo throughput.
 
     Example (two jobs)::
 
@@ -53,6 +55,7 @@ class Trace:
     source: str = ""
     format: str = "csv"
     notes: tuple[str, ...] = field(default=())
+    spec: np.ndarray | None = None
     steps: np.ndarray | None = None
 
     def __len__(self) -> int:
@@ -70,6 +73,7 @@ class Trace:
             self.source,
             self.format,
             self.notes,
+            None if self.spec is None else self.spec[keep],
             None if self.steps is None else self.steps[keep],
         )
 

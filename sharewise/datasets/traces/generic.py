@@ -4,6 +4,11 @@ in arrival order.
 ``duration_s`` is the job's solo run time in seconds; ``steps`` its length in training steps, which the
 device's solo throughput (the dataset's profiles, ``TraceContext.throughputs``) turns into a duration for the
 simulator, and which a physical run runs as they are. A file gives one of the two columns.
+
+A ``workload`` cell is a workload name or spec; a command spec (``mytrain=cmd:python train.py``, see
+``sharewise.command_spec``) is replayed under its recorded name (``mytrain``), the spec kept in ``Trace.spec``.
+A cell holding a comma or a double quote is quoted as CSV quotes any cell (``"a=cmd:python a.py --x 1,2"``,
+inner double quotes doubled).
 """
 
 from __future__ import annotations
@@ -14,9 +19,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from sharewise.command_spec import is_command_spec, recorded_names
 from sharewise.datasets.traces import Trace, TraceContext, TraceFormat
 from sharewise.datasets.traces._fields import numeric_column, read_csv, whole_column
-from sharewise.errors import TraceError
+from sharewise.errors import ConfigError, TraceError
 
 GENERIC_COLUMNS = ("job_id", "arrival_s", "duration_s", "gpus", "workload")
 #: The columns every generic trace has; the length is ``duration_s`` or ``steps``.
@@ -56,6 +62,14 @@ def read_generic_csv(path: Path, context: TraceContext | None = None) -> Trace:
             f"{path}:{int(later) + 2}: job_id {job_id[dup]!r} repeats the job of line {dup + 2}; job ids "
             "must be unique"
         )
+    specs = None
+    if any(is_command_spec(w) for w in np.unique(workload)):
+        specs = workload
+        try:
+            workload = np.array(recorded_names(list(workload)), dtype=object)
+        except ConfigError as exc:
+            bad = next(i for i, w in enumerate(specs) if _unparsable(w))
+            raise TraceError(f"{path}:{bad + 2}: column 'workload': {exc}") from None
     steps = None
     if has == ["steps"]:
         steps = whole_column(df, "steps", path)
@@ -71,6 +85,7 @@ def read_generic_csv(path: Path, context: TraceContext | None = None) -> Trace:
         line=np.arange(2, len(df) + 2),
         source=str(path),
         format="csv",
+        spec=specs,
         steps=steps,
     )
 
@@ -82,12 +97,26 @@ def _steps_to_seconds(steps: np.ndarray, workload: np.ndarray, path: Path, conte
     return np.array([s / rates[w] if rates.get(w, 0) > 0 else np.nan for s, w in zip(steps, workload, strict=True)])
 
 
+def _unparsable(cell: str) -> bool:
+    try:
+        recorded_names([cell])
+    except ConfigError:
+        return True
+    return False
+
+
 def write_generic_csv(trace: Trace, path: str | os.PathLike) -> Path:
     """Write ``trace`` as a generic trace CSV that ``read_generic_csv`` reads back unchanged."""
     path = Path(path)
     length = {"duration_s": trace.duration} if trace.steps is None else {"steps": trace.steps}
     pd.DataFrame(
-        {"job_id": trace.job_id, "arrival_s": trace.arrival, **length, "gpus": trace.gpus, "workload": trace.workload}
+        {
+            "job_id": trace.job_id,
+            "arrival_s": trace.arrival,
+            **length,
+            "gpus": trace.gpus,
+            "workload": trace.workload if trace.spec is None else trace.spec,
+        }
     ).to_csv(path, index=False)
     return path
 

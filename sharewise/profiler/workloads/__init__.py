@@ -1,7 +1,9 @@
 """Workload registry: built-in names map lazily to classes; user workloads load from ``file.py:Class``.
 
 Everything (CLI choices, tests, docs) reads ``REGISTRY``; importing this module does not import torch.
-A spec is a built-in name, ``path/to/file.py:ClassName`` or ``package.module:ClassName``.
+A spec is a built-in name, ``path/to/file.py:ClassName``, ``package.module:ClassName``, or a command
+``NAME=cmd:python train.py ...`` (``profiler.commands``: run as it is, measured from outside, never loaded
+as a class).
 """
 
 from __future__ import annotations
@@ -70,14 +72,29 @@ def load_workload_class(spec: str) -> type[Workload]:
     spec = spec.strip()
     if spec in REGISTRY:
         return REGISTRY.get(spec)
+    from sharewise.command_spec import is_command_spec
+
+    if is_command_spec(spec):
+        raise WorkloadContractError(
+            f"workload {spec!r} is a command: it runs as its own process (profiler.blackbox), not as a class"
+        )
     from sharewise.profiler.workloads.adapters import adapt, split_spec
 
     full_spec = spec
     spec, description = split_spec(spec)
     if ":" not in spec:
+        script = next((w for w in spec.split() if w.endswith(".py")), None)
+        if script is not None:
+            stem = Path(script).stem.replace("-", "_") or "mytrain"
+            raise UnknownWorkloadError(
+                f"unknown workload {spec!r}; to measure a training script as it is, name it as a command: "
+                f"'{stem}=cmd:{spec if ' ' in spec else 'python ' + spec}' (see 'Your training script as is' "
+                "in the README)"
+            )
         raise UnknownWorkloadError(
             f"unknown workload {spec!r}; known workloads: {', '.join(workload_names())}. "
-            "A workload of your own is 'path/to/file.py:ClassName' or 'package.module:ClassName'."
+            "A workload of your own is 'path/to/file.py:ClassName' or 'package.module:ClassName', or a "
+            "command 'NAME=cmd:python train.py ...'."
         )
     location, _, class_name = spec.rpartition(":")
     if location.endswith(".py") or "/" in location or "\\" in location:
@@ -118,9 +135,14 @@ def check_contract(cls: object, spec: str) -> None:
 
 
 def workload_name(spec: str) -> str:
-    """Return the name a spec is recorded under in tables: the built-in name, or the class's ``name``."""
+    """Return the name a spec is recorded under in tables: the built-in name, a command's name (read from
+    the spec alone, nothing runs), or the class's ``name``."""
     if spec in REGISTRY:
         return spec
+    from sharewise.command_spec import is_command_spec, parse_command
+
+    if is_command_spec(spec):
+        return parse_command(spec).name
     cls = load_workload_class(spec)
     return getattr(cls, "name", "") or cls.__name__
 
@@ -133,9 +155,16 @@ def resolve_specs(specs: Sequence[str]) -> list[tuple[str, str]]:
     """
     if not specs:
         raise ConfigError("no workloads given; name at least one (see 'sharewise workloads')")
+    from sharewise.command_spec import is_command_spec
+
     resolved, seen = [], set()
     for spec in specs:
         name = workload_name(spec)
+        if is_command_spec(spec) and name in REGISTRY:
+            raise ConfigError(
+                f"command {spec!r} would be recorded as {name!r}, a built-in workload's name, and mix with its "
+                f"measurements; name it differently, e.g. my_{name}=cmd:..."
+            )
         if name in seen:
             raise ConfigError(f"workload {name!r} is listed twice; self-pairs are measured automatically")
         seen.add(name)
