@@ -282,9 +282,12 @@ def test_sharewise_pauses_a_long_job_for_a_short_one_and_resumes_it_where_it_was
 def test_jobs_that_share_a_slot_are_measured_and_written_as_observed_pairs(tmp_path, device_name):
     """sjf-ffs puts the second job next to the first; while both step (a few seconds), each one's slowdown is
     measured, learned by the policy and written to RUNDIR/observed as a pair row of this device; a job that
-    crashes is recorded as failed and the run goes on."""
+    crashes is recorded as failed and the run goes on; a training command (no pairs: it runs alone) ends at its
+    step count."""
     data = _dataset(tmp_path, device_name)
-    trace = _trace(tmp_path, [("x", 0, SLEEP, 600), ("y", 0.2, SLEEP, 600), ("z", 0.4, CRASH, 50)])
+    command = f'"infer=cmd:{sys.executable} {FIXTURE.parent / "infer_loop.py"} --batch-size 4"'
+    trace = _trace(tmp_path, [("x", 0, SLEEP, 600), ("y", 0.2, SLEEP, 600), ("z", 0.4, CRASH, 50),
+                              ("w", 0.6, command, 40)])
     proc = _sharewise("run", trace, "--data", data, "--oracle", "--policy", "sjf-ffs", "--calibrate", "1",
                       "--out", tmp_path / "run", "--json")
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -292,6 +295,8 @@ def test_jobs_that_share_a_slot_are_measured_and_written_as_observed_pairs(tmp_p
     jobs = {j["job_id"]: j for j in summary["runs"]["sjf-ffs"]["jobs"]}
     assert jobs["x"]["status"] == "done" and jobs["y"]["status"] == "done"
     assert jobs["z"]["status"] == "failed" and "crashed on purpose" in jobs["z"]["exit"]["message"]
+    # A training command is a job too: its steps come from the step hook in its interpreter.
+    assert jobs["w"]["workload"] == "infer" and jobs["w"]["status"] == "done" and jobs["w"]["steps_done"] == 40
     rows = Dataset(tmp_path / "run" / "observed").read_pairs(latest=False)
     assert len(rows) >= 1
     row = rows.iloc[-1]
