@@ -18,6 +18,16 @@ Semantics, stated once:
 - **Preemption.** A ``Decision`` may stop running jobs; a stopped job keeps its progress, returns to the
   queue, and pays ``Cluster.preempt_delay_s`` of exclusive run time (checkpoint restore) when it restarts.
   Its attained service (GPUs x seconds run) keeps counting across restarts.
+- **Re-placement and migration.** A job that one ``Decision`` both stops and starts again is re-placed, not
+  preempted: if it gets exactly the same GPUs back it simply keeps running (no cost, nothing counted); on
+  other GPUs it **migrates**: it pays ``Cluster.preempt_delay_s`` (a migration is a restart elsewhere; 0 by
+  default, as in PAL's artifact) and counts as a migration, not a preemption. A policy that re-places every
+  running job at every round (``replaces_running = True`` on the function) states its whole placement each
+  time (stop every running job, start every job that runs on): it is called at every scheduling point while
+  any job runs or waits, and a running job it leaves out is preempted.
+- **Speed.** A job runs on each GPU at that GPU's speed, or with ``Cluster.variability`` at the speed of that
+  GPU for the job's class (1 / PAL's factor); a multi-GPU job at its slowest GPU's, divided by the cross-node
+  slowdown when its GPUs span nodes.
 - **Metrics.** JCT = finish - arrival; queueing delay = first start - arrival; realized slowdown = (finish -
   first start) x the speed of its last GPUs / exclusive run time (time preempted counts against it).
 """
@@ -73,6 +83,7 @@ class SimulationResult:
     policy_calls: int = 0
     events: int = 0
     preemptions: int = 0
+    migrations: int = 0
     metrics: dict = field(default_factory=dict)
 
     @property
@@ -81,10 +92,11 @@ class SimulationResult:
         return self.finish - self.arrival
 
     def compute_metrics(self) -> dict:
-        """Return ``{"avg_jct", "p95_jct", "makespan", "avg_queue", "utilization", "slo_violations"}``.
+        """Return ``{"avg_jct", "p95_jct", "makespan", "avg_queue", "utilization", "slo_violations",
+        "preemptions", "migrations"}``.
 
         Example: ``{"avg_jct": 5400.0, "p95_jct": 20000.0, "makespan": 86400.0, "avg_queue": 120.0,
-        "utilization": 0.81, "slo_violations": 3}``
+        "utilization": 0.81, "slo_violations": 3, "preemptions": 0, "migrations": 0}``
         """
         jct = self.jct
         makespan = float(self.finish.max() - self.arrival.min())
@@ -97,6 +109,7 @@ class SimulationResult:
             # A small tolerance so float noise on a job that ran exactly at the SLO is not a violation.
             "slo_violations": int((self.realized_slowdown > self.slo * (1 + 1e-9)).sum()),
             "preemptions": int(self.preemptions),
+            "migrations": int(self.migrations),
         }
 
 
@@ -158,6 +171,7 @@ class _Replay:
         self.trace = trace
         self.policy = policy
         self.preemptive = bool(getattr(policy, "preemptive", False))
+        self.replaces = bool(getattr(policy, "replaces_running", False))
         self.shares = bool(getattr(policy, "shares_gpus", True))
         self.truth = truth
         self.view = truth if view is None else view.aligned(truth.workloads).restricted(truth.allowed)
@@ -180,6 +194,12 @@ class _Replay:
         self.ngpus = np.asarray(trace.gpus, dtype=np.int64)
         self.wl = truth.ids(trace.workload)
         self.wl_list = self.wl.tolist()
+        # Per class and GPU, the speed a job of that class makes there (one class, the GPU speeds, without
+        # variability); the job's row replaces ``speed`` wherever a job's own rate is computed.
+        variability = cluster.variability
+        self.class_speed = self.speed[None, :] if variability is None else variability.speeds()
+        self.job_class = np.zeros(n, np.int64) if variability is None else variability.class_ids(trace.workload)
+        self.job_class_list = self.job_class.tolist()
 
         self.remaining = self.duration.copy()  # exact at anchor_t for running jobs; refreshed before a call
         self.anchor_t = np.zeros(n)
@@ -216,6 +236,8 @@ class _Replay:
             job_arrival=readonly(self.arrival),
             occupied=readonly(self.occupancy),
             placed_at=readonly(self.placed_at),
+            class_speed=None if variability is None else readonly(self.class_speed),
+            job_class=None if variability is None else readonly(self.job_class),
         )
         self.ro = {
             k: readonly(v)
@@ -238,6 +260,8 @@ class _Replay:
         self.calls = 0
         self.events = 0
         self.preemptions = 0
+        self.migrations = 0
+        self.stopped: dict[int, tuple[int, ...]] = {}  # jobs the current decision stopped -> their GPUs
         self.restarts = np.zeros(n, dtype=np.int64)
 
     # ---- the event loop ------------------------------------------------------------------------------
@@ -276,6 +300,8 @@ class _Replay:
     def _waiting_work(self) -> bool:
         """Whether a policy call now could start something: jobs wait and a slot is free (or it preempts);
         for a policy that never shares, a queued job fits on the free GPUs."""
+        if self.replaces and self.busy:
+            return True
         if not self.queue.shape[0]:
             return False
         if self.preemptive:
@@ -361,6 +387,7 @@ class _Replay:
         decision = as_decision(self.policy(q, self.state, self.view, now))
         if decision.wake_at < math.inf:
             self.wake = max(float(decision.wake_at), now)
+        self.stopped = {}
         stopped = [self._preempt(int(j), now, affected) for j in decision.preempt]
         if stopped:
             queue = self.queue = np.sort(np.concatenate([queue, np.array(stopped, dtype=np.int64)]))
@@ -371,6 +398,7 @@ class _Replay:
             check_placements(decision.start, q, self.state, self.view, self.name)
         for p in decision.start:
             self._start(p, now, affected)
+        self.stopped = {}
         self.queue = queue[self.status[queue] == _QUEUED]
         return True
 
@@ -399,6 +427,7 @@ class _Replay:
         self.rate[j] = 0.0
         self.version[j] += 1
         affected.discard(j)
+        self.stopped[j] = tuple(sorted(self.job_gpus[j]))
         self._vacate(j, affected)
         self.preemptions += 1
         return j
@@ -409,11 +438,17 @@ class _Replay:
         gs = [int(g) for g in p.gpus]
         if not self.validate and self.status[j] != _QUEUED:
             raise InvalidPlacementError(f"policy {self.name!r} placed job {j}, which is not queued")
-        if self.status[j] == _QUEUED and math.isfinite(self.start[j]):  # a restart after preemption
-            self.remaining[j] += self.preempt_delay
-            self.restarts[j] += 1
-        else:
-            self.start[j] = now
+        was = self.stopped.pop(j, None)  # stopped by this same decision: re-placed, not preempted
+        kept = was is not None and was == tuple(sorted(gs))
+        if was is not None:
+            self.preemptions -= 1
+            self.migrations += not kept
+        if not kept:
+            if self.status[j] == _QUEUED and math.isfinite(self.start[j]):  # a restart, or a migration
+                self.remaining[j] += self.preempt_delay
+                self.restarts[j] += 1
+            else:
+                self.start[j] = now
         self.status[j] = _RUNNING
         self.anchor_t[j] = now
         self.job_gpus[j] = gs
@@ -430,9 +465,10 @@ class _Replay:
                         self.learned.append(pair)
             resident[g, slot] = j
             occupancy[g] = slot + 1
-            self.placed_at[g] = now
+            if not kept:
+                self.placed_at[g] = now
             self.free_slots -= 1
-        sp = self.speed[gs].min()
+        sp = self.class_speed[self.job_class_list[j]][gs].min()
         spans = len({int(self.node[g]) for g in gs}) > 1
         self.eff_cross[j] = self.cross if spans else 1.0
         self.eff_speed[j] = sp / self.eff_cross[j]
@@ -440,9 +476,10 @@ class _Replay:
         return j
 
     def _job_rate(self, j: int) -> float:
-        """Progress per second of job ``j``: its slowest GPU's speed over its slowdown there."""
+        """Progress per second of job ``j``: its slowest GPU's speed (for its class) over its slowdown there."""
         w = self.wl_list[j]
-        resident, speed, truth_p50, wl_list = self.resident, self.speed, self.truth_p50, self.wl_list
+        resident, truth_p50, wl_list = self.resident, self.truth_p50, self.wl_list
+        speed = self.class_speed[self.job_class_list[j]]
         best = math.inf
         for g in self.job_gpus[j]:
             a, b = resident[g, 0], resident[g, 1]
@@ -492,6 +529,7 @@ class _Replay:
             policy_calls=self.calls,
             events=self.events,
             preemptions=self.preemptions,
+            migrations=self.migrations,
         )
         result.metrics = result.compute_metrics()
         return result
