@@ -9,30 +9,18 @@ import json
 import numpy as np
 import pytest
 from conftest import run_cli
+from test_simulator import _trace
 
 from sharewise.app.simulate import SimulationConfig, run_simulation
-from sharewise.datasets.traces import Trace, detect_format, load_trace
+from sharewise.datasets.traces import detect_format, load_trace
 from sharewise.datasets.traces.pal import pal_class_mapping, read_pal_csv
 from sharewise.datasets.variability import GpuVariability, draw_factors, read_class_mapping, read_variability
 from sharewise.errors import ConfigError, DatasetError, TraceError
-from sharewise.policy import get_policy
+from sharewise.policy import event_driven_names, get_policy
 from sharewise.policy.simulator import Cluster, simulate
 from sharewise.policy.table import SlowdownTable
 
 ARTIFACT = ("packed-sticky-artifact", "packed-non-sticky", "pm-first-artifact", "pal-artifact")
-
-
-def _trace(rows) -> Trace:
-    rows = list(rows)
-    return Trace(
-        job_id=np.array([f"j{i}" for i in range(len(rows))], dtype=object),
-        arrival=np.array([r[0] for r in rows], float),
-        duration=np.array([r[1] for r in rows], float),
-        gpus=np.array([r[2] for r in rows], np.int64),
-        workload=np.array([r[3] for r in rows], dtype=object),
-        line=np.arange(2, len(rows) + 2),
-        source="inline",
-    )
 
 
 def _run(name, trace, variability, *, per_node, cross=1.0, delay=0.0, round_s=100.0, policy=None):
@@ -200,6 +188,18 @@ def test_sharewise_replaces_a_job_onto_the_gpu_fast_for_its_class_hand_computed(
     assert r.finish.tolist() == pytest.approx([100.0, 1810.0]) and r.metrics["migrations"] == 0
     r = _run("sharewise", trace, var, per_node=2, round_s=None, delay=60.0)
     assert r.finish.tolist() == pytest.approx([100.0, 1810.0]) and r.metrics["migrations"] == 0
+
+
+@pytest.mark.parametrize("name", ["pm-first", "pal", "sharewise"])
+def test_event_driven_policies_place_by_the_speeds_for_the_jobs_class(name):
+    """GPU 0 is 3x slow for class A, GPU 1 1.5x slow for class B. Class-blind (the geometric mean over
+    classes) GPU 1 looks faster (0.82 against 0.58). j0 (class B, 500 s) and j1 (class A, 100 s) start at 0,
+    the longer first: by its class, j0 takes GPU 0 (1.0 for B) and ends at 500, j1 GPU 1 (1.0 for A), 100;
+    class-blind j0 would take GPU 1 (1.5x: 750) and j1 GPU 0 (3x: 300)."""
+    var = GpuVariability(("A", "B"), np.array([[3.0, 1.0], [1.0, 1.5]]), {"a": "A", "b": "B"})
+    r = _run(name, _trace([(0.0, 500.0, 1, "b"), (0.0, 100.0, 1, "a")]), var, per_node=2, round_s=None)
+    assert r.finish.tolist() == pytest.approx([500.0, 100.0])
+    assert name in event_driven_names() and not set(ARTIFACT) & set(event_driven_names())
 
 
 def test_a_job_without_a_class_is_refused():

@@ -42,6 +42,7 @@ __all__ = [
     "Placement",
     "Policy",
     "Queue",
+    "event_driven_names",
     "get_policy",
     "policy_names",
 ]
@@ -50,6 +51,12 @@ __all__ = [
 def policy_names() -> list[str]:
     """Return the registered policy names in registry order (baselines first, ours last)."""
     return REGISTRY.names()
+
+
+def event_driven_names() -> list[str]:
+    """The registered policies defined for event-driven scheduling: all but those marked ``round_based`` (PAL's
+    artifact's, which re-place every job at every 360 s round and run in PAL's setting)."""
+    return [n for n in REGISTRY.names() if not getattr(REGISTRY.get(n), "round_based", False)]
 
 
 def get_policy(name: str) -> Policy:

@@ -4,7 +4,10 @@ A policy is a pure function ``policy(queue, cluster, table, now) -> list[Placeme
 the placements to start now; a preemptive policy (``preemptive = True`` on the function, e.g. Tiresias)
 returns a ``Decision`` that may also stop running jobs and ask to be called again at a given time. A policy
 that never shares a GPU says so with ``shares_gpus = False`` on the function: the simulator then calls it
-only when a queued job fits on the free GPUs, since it could start nothing otherwise. The
+only when a queued job fits on the free GPUs, since it could start nothing otherwise. A policy that places
+every running job again at each call (``replaces_running = True``; a job it stops and starts on the same
+GPUs keeps running, see ``simulator``) is called while any job runs; ``round_based = True`` marks one defined
+for rounds (PAL's artifact's), which the event-driven benchmarks leave out. The
 simulator builds the inputs as numpy views, so a policy can be vectorised over the queue and the GPUs; the
 views are read-only, so a policy cannot change the state it is shown.
 """
