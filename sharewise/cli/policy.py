@@ -39,7 +39,7 @@ def policies(as_json: bool = typer.Option(False, "--json", help="Print a JSON li
 
 
 def simulate(
-    trace: Path = typer.Argument(..., help="Job trace: Gavel .trace, the Philly CSV, or a generic CSV."),
+    trace: Path = typer.Argument(..., help="Job trace: Gavel .trace, the Philly CSV, PAL's CSV, or a generic CSV."),
     data: str = typer.Option(
         "reference",
         "--data",

@@ -63,8 +63,9 @@ def blox_round(
     levels: int = 4,
     locality_penalty: float | None = None,
 ) -> Decision:
-    """One round of PAL's artifact (module docstring): strict FIFO admission, then placement in FIFO or class
-    order by ``rule``.
+    """PAL's artifact, one round: strict FIFO admission, then placement by ``rule``, in FIFO or class order.
+
+    The module docstring states the round.
 
     Parameters
     ----------
