@@ -1,5 +1,8 @@
 """Benchmark: every registered policy on a suite of cells (trace x cluster x truth x view), side by side.
 
+The policies defined for rounds (``round_based``: PAL's artifact's, which re-place every job every round) run
+in their own setting, ``bench_pal_setting.py``; this event-driven suite leaves them out.
+
 Cells (issue 10): Gavel traces of different load (2869ce on 32 GPUs and 6214e9 on 160, light; e13805 on 16,
 heavy), each with the truth of each Gavel GPU (K80, P100, V100); the same Gavel traces on V100 with GPUs of
 varied speed (log-normal sigma 0.1, 1.2x for jobs spanning nodes) for the variability-aware policies;
@@ -138,7 +141,7 @@ def run_cell(cell: Cell) -> dict:
     import numpy as np
 
     from sharewise.app.simulate import SimulationConfig, prepare, run_policy
-    from sharewise.policy import get_policy, policy_names
+    from sharewise.policy import event_driven_names, get_policy
     from sharewise.policy.simulator import simulate
 
     config = SimulationConfig(
@@ -156,7 +159,7 @@ def run_cell(cell: Cell) -> dict:
     began = time.perf_counter()
     inputs = prepare(config)
     out = {"cell": asdict(cell), "jobs": len(inputs.trace), "policies": {}}
-    for name in policy_names():
+    for name in event_driven_names():
         r = run_policy(name, inputs, config)
         out["policies"][name] = {
             **r.metrics,
@@ -237,9 +240,9 @@ def wins(result: dict) -> tuple[bool, str]:
 
 def report(results: list[dict]) -> dict:
     """Print every cell's table and the summary lines; return the summary."""
-    from sharewise.policy import policy_names
+    from sharewise.policy import event_driven_names
 
-    names = policy_names()
+    names = event_driven_names()
     for res in results:
         cell = res["cell"]
         base = res["policies"]["exclusive-sjf"]["avg_jct"]

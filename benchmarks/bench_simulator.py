@@ -1,4 +1,5 @@
-"""Benchmark: simulator speed, every policy on all 82,247 Philly jobs (target: sharewise <= 20 s on 2 cores).
+"""Benchmark: simulator speed, every event-driven policy on all 82,247 Philly jobs (target: sharewise <= 20 s on
+2 cores).
 
 The jobs of ``philly.csv`` (workloads drawn with seed 0 from the Gavel V100 workloads) replay on
 ``--gpus`` GPUs (8 per node) with the imported Gavel V100 pairs as the truth; policies see out-of-fold
@@ -28,7 +29,7 @@ OURS = "sharewise"
 def main(argv: list[str]) -> None:
     from sharewise.app.imports import import_data
     from sharewise.app.simulate import SimulationConfig, prepare, run_policy
-    from sharewise.policy import policy_names
+    from sharewise.policy import event_driven_names
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-root", type=Path, default=REPO.parent / "shared" / "data")
@@ -39,7 +40,7 @@ def main(argv: list[str]) -> None:
     args = parser.parse_args(argv)
     if not (args.data_root / "philly").is_dir():
         raise SystemExit(f"public data not found under {args.data_root}; pass --data-root")
-    names = args.policy or policy_names()
+    names = args.policy or event_driven_names()  # PAL's round-based policies run in bench_pal_setting.py
     out = {}
     with tempfile.TemporaryDirectory(prefix="sharewise-bench-sim-") as tmp:
         data = Path(tmp) / "gavel"

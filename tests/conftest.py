@@ -13,7 +13,20 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"
 USER_WORKLOADS = FIXTURES / "user_workloads.py"
-SHARED_DATA = REPO.parent / "shared" / "data"
+
+
+def _shared_data() -> Path:
+    """The public data folder: ``$SHAREWISE_SHARED_DATA``, else the first ``shared/data`` beside the repository
+    or above it (a worktree may sit deeper than the main checkout), else where it would be beside the repo."""
+    if os.environ.get("SHAREWISE_SHARED_DATA"):
+        return Path(os.environ["SHAREWISE_SHARED_DATA"])
+    for folder in REPO.parents:
+        if (folder / "shared" / "data").is_dir():
+            return folder / "shared" / "data"
+    return REPO.parent / "shared" / "data"
+
+
+SHARED_DATA = _shared_data()
 
 # Features are cached per user; tests must neither read a developer's cache nor leave one behind.
 os.environ.setdefault("SHAREWISE_CACHE_DIR", tempfile.mkdtemp(prefix="sharewise-test-cache-"))

@@ -90,6 +90,10 @@ def test_registry_names_and_unknown_policy():
         "packed-sticky",
         "pm-first",
         "pal",
+        "packed-sticky-artifact",
+        "packed-non-sticky",
+        "pm-first-artifact",
+        "pal-artifact",
         "sharewise",
     ]
     with pytest.raises(ConfigError, match="known policies: exclusive-fifo-backfill, exclusive-fifo-strict"):
@@ -146,6 +150,18 @@ def test_policy_invariants(name, seed):
         resident = np.where(np.isin(cluster.resident, decision.preempt), -1, cluster.resident)
         resident = np.sort(resident, axis=1)[:, ::-1]  # slot 0 fills first
         cluster = dataclasses.replace(cluster, resident=resident)
+        # Stopped jobs return to the queue (as the simulator does), so a policy may place them again.
+        stopped = np.array(sorted(decision.preempt), dtype=np.int64)
+        both = np.concatenate([queue.job, stopped])
+        order = np.argsort(both)
+        queue = Queue(
+            job=both[order],
+            arrival=np.concatenate([queue.arrival, cluster.job_arrival[stopped]])[order],
+            gpus=np.concatenate([queue.gpus, cluster.job_ngpus[stopped]])[order],
+            remaining=np.concatenate([queue.remaining, cluster.job_remaining[stopped]])[order],
+            workload=np.concatenate([queue.workload, cluster.job_workload[stopped]])[order],
+            attained=np.concatenate([queue.attained, cluster.job_attained[stopped]])[order],
+        )
     placements = decision.start
     # Valid: each job queued and placed once, as many GPUs as asked, at most two jobs per GPU, allowed pairs.
     check_placements(placements, queue, cluster, tab, name)
@@ -158,7 +174,7 @@ def test_policy_invariants(name, seed):
     # Deterministic: the same inputs give the same placements.
     queue2, cluster2, tab2 = _random_state(seed)
     assert as_decision(policy(queue2, cluster2, tab2, 50.0)).start == placements
-    if name.startswith("exclusive") or name in ("pm-first", "pal", "packed-sticky", "tiresias"):
+    if name.startswith("exclusive") or name in ("pm-first", "pal", "packed-sticky", "tiresias") or "artifact" in name:
         assert all(cluster.occupancy()[list(p.gpus)].max() == 0 for p in placements)
 
 

@@ -9,12 +9,14 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from sharewise.datasets.tables import read_predictions
 from sharewise.datasets.traces import AUTO, TRACE_FORMATS, Trace, TraceContext, detect_format, load_trace
+from sharewise.datasets.variability import PAL_SEED, GpuVariability, read_class_mapping, read_variability
 from sharewise.errors import ConfigError, DatasetError, TraceError
 from sharewise.policy import get_policy, policy_names
 from sharewise.policy.simulator import Cluster, SimulationResult, seeded_speeds, simulate
@@ -27,6 +29,8 @@ GAVEL_NOTES = (
 )
 # Digits kept in the JSON output, so the golden file does not depend on the last bits of a float.
 _JSON_DECIMALS = 4
+#: ``--data none``: no pair data; no two jobs share a GPU.
+NO_DATA = "none"
 
 
 @dataclass(frozen=True)
@@ -38,7 +42,14 @@ class SimulationConfig:
     ``oracle`` shows the policies the truth; ``observe`` (on by default) lets them learn the measured
     slowdown of each pair once it has run, as a real cluster sees it. ``max_slowdown`` is the SLO on a
     job's realized slowdown. ``round_s`` calls the policies only at round boundaries (Gavel: 360 s);
-    ``preempt_delay_s`` is what restarting a preempted job costs (preemptive policies only).
+    ``preempt_delay_s`` is what restarting a preempted job costs (preemptive policies), and what a job that
+    migrates pays. ``data`` may be ``none``: no pair data, so no two jobs share a GPU.
+
+    GPU speeds: ``speed_sigma`` (a seeded log-normal per GPU) or ``pm_scores``: a dataset folder with
+    ``profile --all-devices`` PM scores (one speed per GPU), or a file of PAL's per-class variability
+    (``sharewise.datasets.variability``: PAL's ``profiles.json`` of measurements to draw from with
+    ``pm_seed``, a ``PerfVar_<class>`` table, or one measurements CSV); jobs map to classes by
+    ``job_classes`` (CSV ``workload,class``), by default PAL's mapping of its models.
     """
 
     trace: str
@@ -57,6 +68,8 @@ class SimulationConfig:
     seed: int = 0
     speed_sigma: float = 0.0
     pm_scores: str | None = None
+    pm_seed: int = PAL_SEED
+    job_classes: str | None = None
     cross_node_slowdown: float = 1.0
     max_jobs: int | None = None
     observe: bool = True
@@ -125,6 +138,8 @@ class SimulationInputs:
 
 def prepare(config: SimulationConfig) -> SimulationInputs:
     """Read the truth, the trace and the predictions of ``config``; build the cluster; collect the notes."""
+    if config.data == NO_DATA:
+        return _prepare_unshared(config)
     profiles, pairs = _read_truth(config.data)
     truth = SlowdownTable.from_pairs(pairs, device_name=config.device_name, mode=config.mode)
     if not truth.allowed.any():
@@ -136,7 +151,7 @@ def prepare(config: SimulationConfig) -> SimulationInputs:
     notes = list(GAVEL_NOTES)
     trace = _load_trace(config, profiles, truth, device)
     notes.extend(trace.notes)
-    cluster = _cluster(config)
+    cluster = _cluster(config, trace, notes)
     view, view_note = _policy_view(config, profiles, pairs, truth, device)
     notes.append(view_note)
     observe = config.observe and view is not None
@@ -153,6 +168,20 @@ def prepare(config: SimulationConfig) -> SimulationInputs:
         f"SLO: realized slowdown <= {config.max_slowdown:g}."
     )
     return SimulationInputs(truth=truth, trace=trace, cluster=cluster, view=view, observe=observe, notes=notes)
+
+
+def _prepare_unshared(config: SimulationConfig) -> SimulationInputs:
+    """``--data none``: the trace's workloads, none of which may share a GPU (no pair data covers them)."""
+    fmt = detect_format(config.trace) if config.trace_format == AUTO else config.trace_format
+    trace = load_trace(config.trace, format=fmt, context=TraceContext(seed=config.seed, n_gpus=config.n_gpus))
+    if config.max_jobs is not None:
+        trace = trace.head(config.max_jobs)
+    truth = SlowdownTable.unshared(sorted(set(trace.workload)), source="no pair data (--data none)")
+    notes = [*trace.notes, "No pair data (--data none): no two jobs share a GPU; every job runs alone."]
+    cluster = _cluster(config, trace, notes)
+    if config.round_s:
+        notes.append(f"Rounds: policies start jobs only every {config.round_s:g} s.")
+    return SimulationInputs(truth=truth, trace=trace, cluster=cluster, view=None, observe=False, notes=notes)
 
 
 def run_policy(name: str, inputs: SimulationInputs, config: SimulationConfig) -> SimulationResult:
@@ -253,21 +282,40 @@ def scale_curves(profiles: pd.DataFrame) -> dict[str, dict[int, float]]:
     return {w: {k: float(np.median(v)) for k, v in sorted(c.items())} for w, c in values.items()}
 
 
-def _cluster(config: SimulationConfig) -> Cluster:
+def _cluster(config: SimulationConfig, trace: Trace, notes: list[str]) -> Cluster:
     if config.speed_sigma and config.pm_scores:
         raise ConfigError("choose either --speed-sigma or --pm-scores for the GPU speed factors, not both")
-    speeds = None
+    speeds, variability = None, None
     if config.speed_sigma:
         speeds = seeded_speeds(config.n_gpus, config.speed_sigma, config.seed)
+    elif config.pm_scores and Path(config.pm_scores).is_file():
+        variability = class_variability(config.pm_scores, config.n_gpus, config.pm_seed, config.job_classes)
+        variability.class_ids(trace.workload)  # every job needs a class: fail here, naming the unmapped ones
+        notes.append(
+            f"GPU speeds: PAL's per-class factors ({variability.source}; classes "
+            f"{', '.join(variability.classes)}): a job runs at its slowest GPU's factor for its class."
+        )
     elif config.pm_scores:
         speeds = pm_score_speeds(config.pm_scores, config.n_gpus)
+    if config.job_classes and variability is None:
+        raise ConfigError("--job-classes maps jobs to the classes of a per-class variability file (--pm-scores FILE)")
     return Cluster(
         n_gpus=config.n_gpus,
         gpus_per_node=config.gpus_per_node,
         speeds=speeds,
         cross_node_slowdown=config.cross_node_slowdown,
         preempt_delay_s=config.preempt_delay_s,
+        variability=variability,
     )
+
+
+def class_variability(path: str, n_gpus: int, seed: int = PAL_SEED, job_classes: str | None = None) -> GpuVariability:
+    """PAL's per-class factors for ``n_gpus`` GPUs from ``path``, jobs mapped by the file ``job_classes`` or,
+    by default, by PAL's mapping of its models (``pal_class_mapping``)."""
+    from sharewise.datasets.traces.pal import pal_class_mapping
+
+    class_of = read_class_mapping(job_classes) if job_classes else pal_class_mapping()
+    return read_variability(path, n_gpus, seed=seed, class_of=class_of)
 
 
 def pm_score_speeds(data: str, n_gpus: int) -> tuple[float, ...]:

@@ -39,9 +39,12 @@ def policies(as_json: bool = typer.Option(False, "--json", help="Print a JSON li
 
 
 def simulate(
-    trace: Path = typer.Argument(..., help="Job trace: Gavel .trace, the Philly CSV, or a generic CSV."),
+    trace: Path = typer.Argument(..., help="Job trace: Gavel .trace, the Philly CSV, PAL's CSV, or a generic CSV."),
     data: str = typer.Option(
-        "reference", "--data", "-d", help="Truth: dataset folder with measured pairs (or 'reference')."
+        "reference",
+        "--data",
+        "-d",
+        help="Truth: dataset folder with measured pairs ('reference'; 'none': no pair data, no job shares a GPU).",
     ),
     policy: list[str] = typer.Option(
         None, "--policy", "-p", help=one_of("Policy to simulate (repeat the option; default: all)", POLICIES)
@@ -62,7 +65,9 @@ def simulate(
         None, "--round-s", help="Start jobs only at multiples of this many seconds (Gavel uses 360 s rounds)."
     ),
     preempt_delay: float = typer.Option(
-        0.0, "--preempt-delay", help="Seconds a preempted job loses when it restarts (preemptive policies)."
+        0.0,
+        "--preempt-delay",
+        help="Seconds a preempted job loses when it restarts, and a job moved to other GPUs (migration cost).",
     ),
     predictions: Path = typer.Option(
         None, "--predictions", help="CSV/Parquet of predictions to show the policies instead."
@@ -79,7 +84,15 @@ def simulate(
         0.0, "--speed-sigma", help="Seeded log-normal spread of GPU speed factors (0: all 1.0)."
     ),
     pm_scores: str = typer.Option(
-        None, "--pm-scores", help="Dataset with 'profile --all-devices' PM scores to use as GPU speeds."
+        None,
+        "--pm-scores",
+        help="GPU speeds: a dataset with 'profile --all-devices' PM scores, or PAL's per-class variability: its "
+        "profiles.json (factors drawn per GPU and class, --pm-seed), a PerfVar_<class> table, or a CSV of "
+        "measurements with a 'perf' column.",
+    ),
+    pm_seed: int = typer.Option(42, "--pm-seed", help="Seed of the per-GPU draw from measurements (PAL's: 42)."),
+    job_classes: Path = typer.Option(
+        None, "--job-classes", help="CSV workload,class mapping jobs to variability classes (default: PAL's)."
     ),
     cross_node_slowdown: float = typer.Option(
         1.0, "--cross-node-slowdown", help="Slowdown of a job whose GPUs span nodes (1.0: none)."
@@ -112,6 +125,8 @@ def simulate(
         seed=seed,
         speed_sigma=speed_sigma,
         pm_scores=pm_scores,
+        pm_seed=pm_seed,
+        job_classes=str(job_classes) if job_classes else None,
         cross_node_slowdown=cross_node_slowdown,
         max_jobs=max_jobs,
         observe=observe,

@@ -25,6 +25,10 @@ REGISTRY: Registry[Policy] = Registry(
         "packed-sticky": "packed_sticky:packed_sticky",
         "pm-first": "pm_first:pm_first",
         "pal": "pal:pal",
+        "packed-sticky-artifact": "pal_artifact:packed_sticky_artifact",
+        "packed-non-sticky": "pal_artifact:packed_non_sticky",
+        "pm-first-artifact": "pal_artifact:pm_first_artifact",
+        "pal-artifact": "pal_artifact:pal_artifact",
         "sharewise": "interference_aware:sharewise",
     },
     signature="policy(queue, cluster, table, now) -> list[Placement]",
@@ -38,6 +42,7 @@ __all__ = [
     "Placement",
     "Policy",
     "Queue",
+    "event_driven_names",
     "get_policy",
     "policy_names",
 ]
@@ -46,6 +51,12 @@ __all__ = [
 def policy_names() -> list[str]:
     """Return the registered policy names in registry order (baselines first, ours last)."""
     return REGISTRY.names()
+
+
+def event_driven_names() -> list[str]:
+    """The registered policies defined for event-driven scheduling: all but those marked ``round_based`` (PAL's
+    artifact's, which re-place every job at every 360 s round and run in PAL's setting)."""
+    return [n for n in REGISTRY.names() if not getattr(REGISTRY.get(n), "round_based", False)]
 
 
 def get_policy(name: str) -> Policy:

@@ -4,7 +4,10 @@ A policy is a pure function ``policy(queue, cluster, table, now) -> list[Placeme
 the placements to start now; a preemptive policy (``preemptive = True`` on the function, e.g. Tiresias)
 returns a ``Decision`` that may also stop running jobs and ask to be called again at a given time. A policy
 that never shares a GPU says so with ``shares_gpus = False`` on the function: the simulator then calls it
-only when a queued job fits on the free GPUs, since it could start nothing otherwise. The
+only when a queued job fits on the free GPUs, since it could start nothing otherwise. A policy that places
+every running job again at each call (``replaces_running = True``; a job it stops and starts on the same
+GPUs keeps running, see ``simulator``) is called while any job runs; ``round_based = True`` marks one defined
+for rounds (PAL's artifact's), which the event-driven benchmarks leave out. The
 simulator builds the inputs as numpy views, so a policy can be vectorised over the queue and the GPUs; the
 views are read-only, so a policy cannot change the state it is shown.
 """
@@ -94,6 +97,9 @@ class ClusterState:
     if given, is the number of jobs on each GPU as the owner of ``resident`` keeps it (the simulator does);
     ``occupancy()`` copies it instead of counting. ``placed_at``, if given, is when the newest job on each
     GPU was placed there (NaN for a GPU that never held one), so a policy can tell a pair that just formed.
+    ``class_speed`` and ``job_class``, if given, are PAL's per-class variability: ``class_speed[c, g]`` is the
+    speed of GPU ``g`` for a job of class ``c`` (``job_class``, indexed by job for every job), and ``speed``
+    is then a class-blind summary (the geometric mean over classes); ``speed_of(j)`` gives job ``j``'s row.
     """
 
     resident: np.ndarray
@@ -111,10 +117,18 @@ class ClusterState:
     job_arrival: np.ndarray | None = None
     occupied: np.ndarray | None = None
     placed_at: np.ndarray | None = None
+    class_speed: np.ndarray | None = None
+    job_class: np.ndarray | None = None
 
     @property
     def n_gpus(self) -> int:
         return int(self.resident.shape[0])
+
+    def speed_of(self, job: int) -> np.ndarray:
+        """Return the speed of every GPU for job ``job``: its class's row of ``class_speed``, else ``speed``."""
+        if self.class_speed is None or self.job_class is None:
+            return self.speed
+        return self.class_speed[self.job_class[job]]
 
     def occupancy(self) -> np.ndarray:
         """Return the number of jobs on each GPU (0, 1 or 2), a new array the caller may change."""

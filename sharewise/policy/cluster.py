@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sharewise.datasets.variability import GpuVariability
 from sharewise.errors import ConfigError
 
 
@@ -15,7 +16,10 @@ class Cluster:
     """GPUs to simulate: ``n_gpus`` on nodes of ``gpus_per_node``, each with a speed factor (1.0 = nominal).
 
     ``cross_node_slowdown`` divides the rate of a job whose GPUs span more than one node (1.0: no penalty);
-    ``preempt_delay_s`` is what restarting a preempted job costs in exclusive run time (checkpoint restore).
+    ``preempt_delay_s`` is what restarting a preempted job costs in exclusive run time (checkpoint restore),
+    and what a job moved to other GPUs pays (a migration is a restart elsewhere). ``variability`` gives each
+    GPU a speed per application class instead (PAL's measured factors: a job runs at 1 / its class's factor on
+    each GPU); ``speeds`` and ``variability`` exclude each other.
     """
 
     n_gpus: int = 160
@@ -23,6 +27,7 @@ class Cluster:
     speeds: tuple[float, ...] | None = None
     cross_node_slowdown: float = 1.0
     preempt_delay_s: float = 0.0
+    variability: GpuVariability | None = None
 
     def __post_init__(self) -> None:
         if self.n_gpus < 1 or self.gpus_per_node < 1:
@@ -35,13 +40,23 @@ class Cluster:
                 raise ConfigError(f"got {len(self.speeds)} GPU speeds for {self.n_gpus} GPUs")
             if not all(math.isfinite(s) and s > 0 for s in self.speeds):
                 raise ConfigError("GPU speed factors must be positive finite numbers")
+        if self.variability is not None:
+            if self.speeds is not None:
+                raise ConfigError("give GPU speeds as one speed per GPU or as per-class variability, not both")
+            if self.variability.n_gpus != self.n_gpus:
+                raise ConfigError(
+                    f"got variability factors for {self.variability.n_gpus} GPUs, the cluster has {self.n_gpus}"
+                )
         if not (math.isfinite(self.cross_node_slowdown) and self.cross_node_slowdown >= 1.0):
             raise ConfigError(f"cross-node slowdown must be >= 1.0, got {self.cross_node_slowdown}")
         if not (math.isfinite(self.preempt_delay_s) and self.preempt_delay_s >= 0.0):
             raise ConfigError(f"preemption delay must be a number of seconds >= 0, got {self.preempt_delay_s}")
 
     def speed_array(self) -> np.ndarray:
-        """Return the speed factor of each GPU."""
+        """Return the speed factor of each GPU (with ``variability``: its class-blind speed, the geometric mean
+        over classes)."""
+        if self.variability is not None:
+            return self.variability.gpu_speed()
         if self.speeds is None:
             return np.ones(self.n_gpus)
         return np.asarray(self.speeds, dtype=float)

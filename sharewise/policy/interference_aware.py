@@ -4,7 +4,8 @@ the gain holds at the pessimistic end of the predicted interval, and SLO-guarded
 1. **Free GPUs.** Queued jobs start in SJF order while they fit. Among the jobs starting now, the longest
    takes the fastest placement (PAL's effective speed: the slowest of its GPUs, divided by the cross-node
    slowdown when they span nodes; ties: fewer nodes, then the fullest node), so per-GPU speed and locality
-   go where a job's completion time depends on them most. On uniform GPUs this is best-fit packing.
+   go where a job's completion time depends on them most. On uniform GPUs this is best-fit packing. Where
+   the cluster has PAL's per-class variability, a GPU's speed is its speed for the job's class.
 2. **Sharing.** The head of the SJF queue that found no free GPU may join a GPU that holds one job. A pair
    may share only if, at the predicted **p90** slowdowns,
 
@@ -39,8 +40,9 @@ from scipy.optimize import linear_sum_assignment
 
 from sharewise.policy import _kernels
 from sharewise.policy._preemption import preempt_and_place
+from sharewise.policy._replacement import replace_lone_jobs
 from sharewise.policy._sharing import SharingState
-from sharewise.policy.base import ClusterState, Decision, Placement, Queue, pick_free_gpus
+from sharewise.policy.base import ClusterState, Decision, Placement, Queue, as_decision, pick_free_gpus
 from sharewise.policy.pal import fastest_block
 from sharewise.policy.pm_first import by_sensitivity
 from sharewise.policy.table import SlowdownTable
@@ -90,6 +92,7 @@ def sharewise(
     slo_quantile: str = "p90",
     preempt: bool = True,
     rescue: bool = True,
+    replace: bool | None = None,
 ) -> Decision | list[Placement]:
     """Place jobs shortest first on free GPUs by effective speed, then let waiting jobs join where it pays;
     with ``preempt``, restart urgent preempted jobs first and preempt long jobs for short ones (step 4).
@@ -110,6 +113,11 @@ def sharewise(
     rescue
         With ``preempt``, pause one side of a shared pair whose measured slowdowns would break the SLO
         (``_preemption.slo_rescues``); off for the ablation.
+    replace
+        Step 5: after the decision, re-place the jobs that run alone on the GPUs fastest for them
+        (``_replacement``), as PAL does every round. ``None`` (default): only where migrating costs nothing
+        (``cluster.preempt_delay_s == 0``) and GPUs have PAL's per-class speeds (``cluster.class_speed``);
+        elsewhere our placements stay as they were before this step existed.
 
     Returns
     -------
@@ -127,13 +135,19 @@ def sharewise(
             return placements
         return _sharewise_general(q, c, table, now, max_slowdown, head, quantile, slo_quantile)
 
+    if replace is None:
+        replace = cluster.preempt_delay_s == 0 and cluster.class_speed is not None
     if not preempt:
-        return place(queue, cluster)
-    if not rescue:
-        return preempt_and_place(queue, cluster, now, max_slowdown, place)
-    return preempt_and_place(
-        queue, cluster, now, max_slowdown, place, _pair_constants(table, slo_quantile)[1], _unsure(table)
-    )
+        decision = place(queue, cluster)
+    elif not rescue:
+        decision = preempt_and_place(queue, cluster, now, max_slowdown, place)
+    else:
+        decision = preempt_and_place(
+            queue, cluster, now, max_slowdown, place, _pair_constants(table, slo_quantile)[1], _unsure(table)
+        )
+    if replace:
+        return replace_lone_jobs(as_decision(decision), queue, cluster)
+    return decision
 
 
 sharewise.preemptive = True  # the simulator calls it whenever jobs wait (it may stop running jobs)
@@ -221,6 +235,8 @@ def _sharewise_packed(queue, cluster, table, now, max_slowdown, head, quantile, 
     """The whole call in one kernel where every placement is equally fast (``_kernels.sharewise_packed``):
     the placements, or ``None`` where the general path must decide (GPUs of different speeds or a cross-node
     slowdown, or a multi-GPU job that could join shared GPUs)."""
+    if cluster.class_speed is not None and not bool(np.all(cluster.class_speed == cluster.class_speed[0, 0])):
+        return None  # GPUs differ in speed for some class: placements differ
     ok, q, _, extra, _ = _pair_constants(table, slo_quantile)
     _, g, stretch, _, _ = _pair_constants(table, quantile)
     occupancy = cluster.occupied if cluster.occupied is not None else cluster.occupancy()
@@ -243,16 +259,18 @@ def _sharewise_packed(queue, cluster, table, now, max_slowdown, head, quantile, 
 
 def _start_on_free_gpus(queue, cluster, state, starting) -> list[Placement]:
     """Step 1: place the jobs of the SJF walk that fit on free GPUs (``starting``, queue positions); the
-    longest of them gets the fastest placement."""
+    longest of them gets the fastest placement, by the GPUs' speeds for its class where the cluster has PAL's
+    per-class variability (``ClusterState.speed_of``)."""
     placements = []
     penalty = cluster.cross_node_slowdown
-    uniform = penalty == 1.0 and bool(np.all(cluster.speed == cluster.speed[0]))
     for i in by_sensitivity(queue, starting.tolist()):
         k = int(queue.gpus[i])
-        if uniform:  # every placement is equally fast: pack (best fit), as PAL's rule then does
+        speed = cluster.speed_of(int(queue.job[i]))
+        if penalty == 1.0 and bool(np.all(speed == speed[0])):
+            # Every placement is equally fast: pack (best fit), as PAL's rule then does.
             gpus = pick_free_gpus(state.free_mask(), cluster.node, k)
         else:
-            gpus = fastest_block(state.free_mask(), cluster.speed, cluster.node, k, penalty)
+            gpus = fastest_block(state.free_mask(), speed, cluster.node, k, penalty)
         state.place(int(queue.job[i]), int(queue.workload[i]), float(queue.remaining[i]), gpus)
         placements.append(Placement(int(queue.job[i]), tuple(sorted(int(g) for g in gpus))))
     return placements

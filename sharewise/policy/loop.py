@@ -22,6 +22,16 @@ Semantics, stated once:
 - **Cluster transitions.** Stops first, then starts (``transition``): a job leaving a GPU moves its partner
   to slot 0; a job placed takes the first empty slot. The policy's own view of the cluster after stops
   (``_preemption``) uses the same functions.
+- **Re-placement and migration.** A job that one ``Decision`` both stops and starts again is re-placed, not
+  preempted: if it gets exactly the same GPUs back it simply keeps running (no cost, nothing counted, the
+  world not told); on other GPUs it **migrates**: the world restarts it there (the simulator charges
+  ``Cluster.preempt_delay_s``, 0 by default as in PAL's artifact) and it counts as a migration, not a
+  preemption. A policy that re-places every running job at every call (``replaces_running = True`` on the
+  function) states its whole placement each time: it is called at every scheduling point while any job
+  runs or waits, and a running job it leaves out is preempted.
+- **Speed.** A job runs on each GPU at that GPU's speed, or with ``Cluster.variability`` at that GPU's speed
+  for the job's class (1 / PAL's factor, ``job_class``); a multi-GPU job at its slowest GPU's, divided by the
+  cross-node slowdown when its GPUs span nodes.
 - **Observation.** When the world reports the measured slowdowns of two jobs that share a GPU, the policies'
   table holds them from then on (both orders, p10 = p50 = p90 = measured), with ``observe``; the GPUs of
   that pair count as just placed (``ClusterState.placed_at``), so a policy that re-checks fresh pairs sees
@@ -76,6 +86,7 @@ class SimulationResult:
     policy_calls: int = 0
     events: int = 0
     preemptions: int = 0
+    migrations: int = 0
     metrics: dict = field(default_factory=dict)
 
     @property
@@ -84,10 +95,11 @@ class SimulationResult:
         return self.finish - self.arrival
 
     def compute_metrics(self) -> dict:
-        """Return ``{"avg_jct", "p95_jct", "makespan", "avg_queue", "utilization", "slo_violations"}``.
+        """Return ``{"avg_jct", "p95_jct", "makespan", "avg_queue", "utilization", "slo_violations",
+        "preemptions", "migrations"}``.
 
         Example: ``{"avg_jct": 5400.0, "p95_jct": 20000.0, "makespan": 86400.0, "avg_queue": 120.0,
-        "utilization": 0.81, "slo_violations": 3}``
+        "utilization": 0.81, "slo_violations": 3, "preemptions": 0, "migrations": 0}``
         """
         jct = self.jct
         makespan = float(self.finish.max() - self.arrival.min())
@@ -100,6 +112,7 @@ class SimulationResult:
             # A small tolerance so float noise on a job that ran exactly at the SLO is not a violation.
             "slo_violations": int((self.realized_slowdown > self.slo * (1 + 1e-9)).sum()),
             "preemptions": int(self.preemptions),
+            "migrations": int(self.migrations),
         }
 
 
@@ -157,7 +170,8 @@ class SchedulingLoop:
     """One run of one policy over the jobs of a trace, in a world (see the module docstring).
 
     ``work`` is each job's exclusive run time on a speed-1.0 GPU (seconds), ``workload`` its id in
-    ``table``, the policy's view. ``line`` names the job in messages (its trace line).
+    ``table``, the policy's view. ``line`` names the job in messages (its trace line). ``job_class`` is each
+    job's class of ``cluster.variability`` (required with it).
     """
 
     def __init__(
@@ -177,9 +191,11 @@ class SchedulingLoop:
         validate: bool = True,
         observe: bool = True,
         round_s: float | None = None,
+        job_class: np.ndarray | None = None,
     ) -> None:
         self.policy = policy
         self.preemptive = bool(getattr(policy, "preemptive", False))
+        self.replaces = bool(getattr(policy, "replaces_running", False))
         self.shares = bool(getattr(policy, "shares_gpus", True))
         self.view = table
         self.world = world
@@ -201,6 +217,14 @@ class SchedulingLoop:
         self.ngpus = np.asarray(gpus, dtype=np.int64)
         self.wl = np.asarray(workload, dtype=np.int64)
         self.wl_list = self.wl.tolist()
+        # Per class and GPU, the speed a job of that class makes there; without variability one class, whose
+        # row is the GPU speeds (and ``job_class_list`` is None: the worlds read ``speed``).
+        variability = cluster.variability
+        self.class_speed = self.speed[None, :] if variability is None else variability.speeds()
+        if variability is not None and job_class is None:
+            raise ValueError("a cluster with per-class variability needs each job's class (job_class)")
+        self.job_class = np.zeros(n, np.int64) if variability is None else np.asarray(job_class, dtype=np.int64)
+        self.job_class_list = None if variability is None else self.job_class.tolist()
 
         self.remaining = self.duration.copy()  # exact at the last refresh for running jobs
         self.attained = np.zeros(n)  # GPU-seconds run
@@ -233,6 +257,8 @@ class SchedulingLoop:
             job_arrival=readonly(self.arrival),
             occupied=readonly(self.occupancy),
             placed_at=readonly(self.placed_at),
+            class_speed=None if variability is None else readonly(self.class_speed),
+            job_class=None if variability is None else readonly(self.job_class),
         )
         self.ro = {
             k: readonly(v)
@@ -254,6 +280,8 @@ class SchedulingLoop:
         self.calls = 0
         self.events = 0
         self.preemptions = 0
+        self.migrations = 0
+        self._replaced: dict[int, tuple[int, ...]] = {}  # jobs the current decision stopped -> their GPUs
         world.bind(self)
 
     # ---- the event loop ------------------------------------------------------------------------------
@@ -287,7 +315,10 @@ class SchedulingLoop:
 
     def _waiting_work(self) -> bool:
         """Whether a policy call now could start something: jobs wait and a slot is free (or it preempts);
-        for a policy that never shares, a queued job fits on the free GPUs."""
+        for a policy that never shares, a queued job fits on the free GPUs; one that re-places running jobs
+        while any runs."""
+        if self.replaces and self.slots.busy:
+            return True
         if not self.queue.shape[0]:
             return False
         if self.preemptive:
@@ -345,7 +376,9 @@ class SchedulingLoop:
         decision = as_decision(self.policy(q, self.state, self.view, now))
         if decision.wake_at < math.inf:
             self.wake = max(float(decision.wake_at), now)
-        stopped = [self._preempt(int(j), now, affected) for j in decision.preempt]
+        again = {int(p.job): tuple(sorted(int(g) for g in p.gpus)) for p in decision.start} if decision.preempt else {}
+        self._replaced = {}
+        stopped = [self._preempt(int(j), now, affected, again.get(int(j))) for j in decision.preempt]
         if stopped:
             queue = self.queue = np.sort(np.concatenate([queue, np.array(stopped, dtype=np.int64)]))
             q = self._queue_view(queue)
@@ -355,6 +388,7 @@ class SchedulingLoop:
             check_placements(decision.start, q, self.state, self.view, self.name)
         for p in decision.start:
             self._start(p, now, affected)
+        self._replaced = {}
         self.queue = queue[self.status[queue] == QUEUED]
         return True
 
@@ -375,13 +409,17 @@ class SchedulingLoop:
         self._view = (queue, view)
         return view
 
-    def _preempt(self, j: int, now: float, affected: set[int]) -> int:
-        """Stop running job ``j`` now: it keeps its progress and returns to the queue."""
+    def _preempt(self, j: int, now: float, affected: set[int], again: tuple[int, ...] | None = None) -> int:
+        """Stop running job ``j`` now: it keeps its progress and returns to the queue. ``again``: the GPUs the
+        same decision starts it on (a re-placement: on the same GPUs it keeps running, the world not told)."""
         if self.status[j] != RUNNING:
             raise InvalidPlacementError(f"policy {self.name!r} preempted job {j}, which is not running")
         self.status[j] = QUEUED
         affected.discard(j)
-        self.world.stopped(j, now)  # still on its GPUs: the world may note where it was
+        was = tuple(sorted(self.job_gpus[j]))
+        self._replaced[j] = was
+        if again != was:
+            self.world.stopped(j, now)  # still on its GPUs: the world may note where it was
         self._vacate(j, affected)
         self.preemptions += 1
         return j
@@ -392,10 +430,15 @@ class SchedulingLoop:
         gs = [int(g) for g in p.gpus]
         if not self.validate and self.status[j] != QUEUED:
             raise InvalidPlacementError(f"policy {self.name!r} placed job {j}, which is not queued")
-        restart = bool(self.status[j] == QUEUED and math.isfinite(self.start[j]))
+        was = self._replaced.pop(j, None)  # stopped by this same decision: re-placed, not preempted
+        kept = was is not None and was == tuple(sorted(gs))
+        if was is not None:
+            self.preemptions -= 1
+            self.migrations += not kept
+        restart = bool(not kept and self.status[j] == QUEUED and math.isfinite(self.start[j]))
         if restart:
             self.restarts[j] += 1
-        else:
+        elif not kept:
             self.start[j] = now
         self.status[j] = RUNNING
         self.job_gpus[j] = gs
@@ -403,13 +446,16 @@ class SchedulingLoop:
             partner = self.slots.place(j, g)
             if partner >= 0:
                 affected.add(partner)
-            self.placed_at[g] = now
-        sp = self.speed[gs].min()
+            if not kept:
+                self.placed_at[g] = now
+        speed = self.speed if self.job_class_list is None else self.class_speed[self.job_class_list[j]]
+        sp = speed[gs].min()
         spans = len({int(self.node[g]) for g in gs}) > 1
         self.eff_cross[j] = self.cross if spans else 1.0
         self.eff_speed[j] = sp / self.eff_cross[j]
         affected.add(j)
-        self.world.started(j, gs, now, restart)
+        if not kept:
+            self.world.started(j, gs, now, restart)
         return j
 
     def _learn(self, now: float) -> bool:
@@ -509,6 +555,7 @@ class SchedulingLoop:
             policy_calls=self.calls,
             events=self.events,
             preemptions=self.preemptions,
+            migrations=self.migrations,
         )
         result.metrics = result.compute_metrics()
         return result

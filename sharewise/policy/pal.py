@@ -24,7 +24,10 @@ def pal(
     and the ``k`` fastest free GPUs anywhere. A candidate's effective speed is its slowest GPU's speed,
     divided by ``locality_penalty`` when it spans nodes (default: the cluster's cross-node slowdown). The best
     wins; ties go to fewer nodes, then to the node with fewer free GPUs (keeping whole nodes for big jobs).
-    Jobs are chosen in ``order`` and placed most variability-sensitive first, as in ``pm-first``.
+    Jobs are chosen in ``order`` and placed most variability-sensitive first, as in ``pm-first``. Speeds are
+    the GPUs' speeds for the job's class where the cluster has PAL's per-class variability
+    (``ClusterState.speed_of``). PAL as its artifact defines it (FIFO, rounds, re-placement) is
+    ``pal-artifact``.
 
     Returns
     -------
@@ -36,11 +39,10 @@ def pal(
         return []
     penalty = cluster.cross_node_slowdown if locality_penalty is None else float(locality_penalty)
     free = free.copy()
-    speed, node = cluster.speed, cluster.node
     placements = []
     for i in by_sensitivity(queue, select_jobs(queue, n_free, order)):
         k = int(queue.gpus[i])
-        best = fastest_block(free, speed, node, k, penalty)
+        best = fastest_block(free, cluster.speed_of(int(queue.job[i])), cluster.node, k, penalty)
         free[best] = False
         placements.append(Placement(int(queue.job[i]), tuple(sorted(int(g) for g in best))))
     return placements

@@ -40,7 +40,9 @@ def pm_first(
     """Start jobs exclusively (no sharing); the most sensitive job gets the fastest free GPUs.
 
     Which jobs start is decided in ``order`` (``sjf`` or ``fifo``) as in ``exclusive``; where they go is
-    decided by the GPUs' performance-variability scores (``cluster.speed``), ignoring locality.
+    decided by the GPUs' performance-variability scores (``cluster.speed``, or with PAL's per-class
+    variability the speeds for the job's class), ignoring locality. PM-First as PAL's artifact defines it
+    (FIFO, rounds, class order, re-placement) is ``pm-first-artifact``.
 
     Returns
     -------
@@ -53,13 +55,14 @@ def pm_first(
     chosen = select_jobs(queue, n_free, order)
     # Free GPUs from fastest to slowest (ties: lower index); each job takes the next best block of GPUs,
     # so a multi-GPU job gets GPUs of similar speed and is not held back by one slow GPU.
-    idx = np.flatnonzero(free)
-    ranked = idx[np.argsort(-cluster.speed[idx], kind="stable")].tolist()
+    free = free.copy()
     placements = []
     for i in by_sensitivity(queue, chosen):
         k = int(queue.gpus[i])
-        gpus, ranked = ranked[:k], ranked[k:]
-        placements.append(Placement(int(queue.job[i]), tuple(sorted(gpus))))
+        idx = np.flatnonzero(free)
+        gpus = idx[np.argsort(-cluster.speed_of(int(queue.job[i]))[idx], kind="stable")[:k]]
+        free[gpus] = False
+        placements.append(Placement(int(queue.job[i]), tuple(sorted(int(g) for g in gpus))))
     return placements
 
 # Exclusive: the simulator need not call it while no queued job fits on the free GPUs.

@@ -103,6 +103,7 @@ def simulate(
         validate=validate,
         observe=observe,
         round_s=round_s,
+        job_class=None if cluster.variability is None else cluster.variability.class_ids(trace.workload),
     )
     return loop.run()
 
@@ -206,10 +207,11 @@ class SimWorld:
         heapq.heappush(self.heap, (now + max(loop.remaining[j], 0.0) / r, j, self.version[j]))
 
     def _job_rate(self, j: int) -> float:
-        """Progress per second of job ``j``: its slowest GPU's speed over its slowdown there."""
+        """Progress per second of job ``j``: its slowest GPU's speed (for its class) over its slowdown there."""
         loop = self.loop
         w = loop.wl_list[j]
-        resident, speed, truth_p50, wl_list = loop.resident, loop.speed, self.truth_p50, loop.wl_list
+        resident, truth_p50, wl_list = loop.resident, self.truth_p50, loop.wl_list
+        speed = loop.speed if loop.job_class_list is None else loop.class_speed[loop.job_class_list[j]]
         best = math.inf
         for g in loop.job_gpus[j]:
             a, b = resident[g, 0], resident[g, 1]

@@ -126,6 +126,13 @@ class SlowdownTable:
 
     # ---- construction --------------------------------------------------------------------------------
     @classmethod
+    def unshared(cls, workloads: Sequence[str], *, source: str = "no pair data") -> SlowdownTable:
+        """A table over ``workloads`` in which no two jobs may share a GPU (every job runs alone)."""
+        n = len(workloads)
+        ones = np.ones((n, n))
+        return cls(workloads, ones, ones, ones, np.zeros((n, n), dtype=bool), source=source)
+
+    @classmethod
     def from_pairs(
         cls,
         pairs: pd.DataFrame,

@@ -22,7 +22,7 @@ from sharewise.registry import Registry
 TRACE_FORMATS: Registry[TraceFormat] = Registry(
     "trace format",
     "sharewise.datasets.traces",
-    {"gavel": "gavel:FORMAT", "philly": "philly:FORMAT", "csv": "generic:FORMAT"},
+    {"gavel": "gavel:FORMAT", "philly": "philly:FORMAT", "pal": "pal:FORMAT", "csv": "generic:FORMAT"},
     signature="TraceFormat: read(path, context: TraceContext) -> Trace; detect(path, header) -> bool",
 )
 AUTO = "auto"
