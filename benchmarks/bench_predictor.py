@@ -27,8 +27,10 @@ import pandas as pd
 from sharewise.datasets import read_datasets
 from sharewise.datasets.store import Dataset, resolve_dataset_path
 from sharewise.predictor import SlowdownRegressor, cross_validate, ordered_rows, predict_pairs, train_model
-from sharewise.predictor.evaluation import BASELINES, slowdown_metrics, summarize
-from sharewise.predictor.features import pair_feature_matrix_indexed
+from sharewise.predictor.baselines import BASELINES
+from sharewise.predictor.evaluation import summarize
+from sharewise.predictor.metrics import slowdown_metrics
+from sharewise.predictor.pair_features import pair_feature_matrix_indexed
 
 GAVEL_FILE = Path(__file__).resolve().parents[2] / "shared" / "data" / "gavel" / "simulation_throughputs.json"
 ISSUE_REFERENCE = {"median": 25.1, "xgb_isolated": 21.4, "model": 15.0}

@@ -27,7 +27,8 @@ from sharewise.predictor import (
     train_model,
 )
 from sharewise.predictor import api as predictor_api
-from sharewise.predictor.evaluation import row_groups, slowdown_metrics
+from sharewise.predictor.folds import row_groups
+from sharewise.predictor.metrics import slowdown_metrics
 from sharewise.predictor.model import MODEL_SCHEMA_VERSION, sidecar_path
 from sharewise.predictor.profile_join import profile_index
 

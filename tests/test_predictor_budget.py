@@ -23,7 +23,8 @@ from sharewise.predictor import (
 from sharewise.predictor.budget import STRATEGIES, FoldContext, evaluate_budget, reverse_rows
 from sharewise.predictor.choices import BUDGET_STRATEGIES
 from sharewise.predictor.completion import complete_slowdowns, soft_impute
-from sharewise.predictor.evaluation import Fold, cross_validate, summarize
+from sharewise.predictor.evaluation import cross_validate, summarize
+from sharewise.predictor.folds import Fold
 
 
 @pytest.fixture(scope="module")

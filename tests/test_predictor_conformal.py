@@ -14,14 +14,10 @@ from test_predictor import FAST, synthetic
 
 from sharewise.errors import ModelSchemaError
 from sharewise.predictor import SlowdownRegressor, calibrate_model, ordered_rows, predict_pairs, train_model
-from sharewise.predictor.conformal import (
-    ConformalCalibration,
-    calibrate_rows,
-    calibration_folds,
-    conformal_quantile,
-    fit_calibration,
-)
-from sharewise.predictor.evaluation import _subset, cross_validate, grouped_folds, summarize
+from sharewise.predictor.calibration import ConformalCalibration
+from sharewise.predictor.conformal import calibrate_rows, conformal_quantile, fit_calibration
+from sharewise.predictor.evaluation import cross_validate, summarize
+from sharewise.predictor.folds import calibration_folds, grouped_folds, subset
 from sharewise.predictor.shift import VARIANCE_FLOOR, WorkloadShift, _components, posterior_sd
 
 
@@ -122,7 +118,7 @@ def test_nested_calibration_with_the_shared_cache_equals_calibrating_the_subset(
     cache: dict = {}
     for fold in grouped_folds(rows.meta, "family")[:2]:
         shared = calibrate_rows(rows, "family", exclude=fold.group, cache=cache, levels=(0, 1), **FAST)
-        alone = calibrate_rows(_subset(rows, fold.train), "family", levels=(0, 1), **FAST)
+        alone = calibrate_rows(subset(rows, fold.train), "family", levels=(0, 1), **FAST)
         assert shared == alone
     assert len(cache) == 3 + 2  # fam0 with fam1, fam2, fam3; fam1 with fam2, fam3 (fam0-fam1 shared)
 

@@ -20,9 +20,9 @@ from sharewise.predictor import (
     train_model,
 )
 from sharewise.predictor import evaluation as evaluation_module
-from sharewise.predictor.evaluation import fold_features, grouped_folds, row_groups
 from sharewise.predictor.feature_state import PARTNER_EFFECT, device_reference, reference_matrix
 from sharewise.predictor.featurizer import monotone_signs
+from sharewise.predictor.folds import fold_features, grouped_folds, row_groups
 from sharewise.predictor.pair_features import SHARE_RATES, job_rates, select_base
 
 

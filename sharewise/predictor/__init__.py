@@ -3,6 +3,17 @@
 Importing this package imports nothing heavy: each public name is loaded on first use (PEP 562), so the CLI
 can read the option names of ``sharewise.predictor.choices`` without scikit-learn or XGBoost, and XGBoost
 loads on the first fit or load.
+
+Layers, as scikit-learn's estimator < model selection < calibration; a module imports only modules listed before
+it, at the top of the file (``tests/test_import_layers.py`` fails on any import cycle):
+
+1. ``choices``, ``params``, ``validation``, ``memory``, ``completion``: no predictor imports;
+2. features: ``pair_features`` < ``feature_state`` < ``profile_join`` < ``featurizer``; ``baselines``;
+3. value types: ``calibration`` (``ConformalCalibration``), ``shift`` (``WorkloadShift``); ``persistence`` (files);
+4. the estimator: ``model`` (``SlowdownRegressor``, which saves and loads its own calibration and shift);
+5. model selection: ``folds`` (resampling and reveals), ``metrics``;
+6. the conformal procedure: ``conformal`` (fits a ``ConformalCalibration`` on out-of-fold residuals);
+7. workflows: ``api`` < ``suggest`` < ``budget``; ``evaluation`` < ``plots``.
 """
 
 from __future__ import annotations
@@ -17,7 +28,7 @@ _EXPORTS = {
     "GROUP_BY": "choices",
     "MODEL_SCHEMA_VERSION": "model",
     "PREDICTION_COLUMNS": "api",
-    "ConformalCalibration": "conformal",
+    "ConformalCalibration": "calibration",
     "PairFeaturizer": "featurizer",
     "SlowdownRegressor": "model",
     "Suggestion": "suggest",
@@ -27,7 +38,7 @@ _EXPORTS = {
     "evaluate": "evaluation",
     "evaluate_budget": "budget",
     "explain_pair": "api",
-    "grouped_folds": "evaluation",
+    "grouped_folds": "folds",
     "memory_fit": "memory",
     "model_rows": "api",
     "ordered_rows": "profile_join",

@@ -9,9 +9,9 @@ from sharewise.datasets.schema import PREDICTION_COLUMNS
 from sharewise.errors import ConfigError, DatasetError
 from sharewise.predictor.choices import GROUP_BY
 from sharewise.predictor.conformal import calibrate_rows
-from sharewise.predictor.evaluation import row_groups
 from sharewise.predictor.featurizer import PairFeaturizer
-from sharewise.predictor.model import OFFSET_TERM, SlowdownRegressor
+from sharewise.predictor.folds import row_groups
+from sharewise.predictor.model import OFFSET_TERM, SlowdownRegressor, three_quantiles
 from sharewise.predictor.pair_features import PairRows, base_columns, base_columns_of_model
 from sharewise.predictor.profile_join import ordered_rows, pair_indices
 from sharewise.predictor.shift import shift_log_quantiles
@@ -68,21 +68,13 @@ def train_model(
     return SlowdownRegressor(**params).fit(X, rows.y, summary=summary, featurizer=featurizer)
 
 
-def model_featurizer(model: SlowdownRegressor) -> PairFeaturizer:
-    """Return the featurizer that builds ``model``'s features: its fitted ``featurizer_``, or for a model
-    fitted on a bare feature frame one without fitted state (``PairFeaturizer.from_feature_names``)."""
-    model._check_fitted()
-    featurizer = getattr(model, "featurizer_", None)
-    return featurizer if featurizer is not None else PairFeaturizer.from_feature_names(model.feature_names_in_)
-
-
 def model_rows(
     model: SlowdownRegressor, profiles: pd.DataFrame, pairs: pd.DataFrame, with_target: bool = False
 ) -> PairRows:
     """Return the ordered rows of ``pairs`` featurized for ``model`` (``PairFeaturizer.featurize_pairs``);
     ``rows.X`` goes straight into ``model.predict``.
     """
-    return model_featurizer(model).featurize_pairs(profiles, pairs, with_target=with_target)
+    return model.get_featurizer().featurize_pairs(profiles, pairs, with_target=with_target)
 
 
 def predict_pairs(model: SlowdownRegressor, profiles: pd.DataFrame, pairs: pd.DataFrame) -> pd.DataFrame:
@@ -107,7 +99,7 @@ def predict_pairs(model: SlowdownRegressor, profiles: pd.DataFrame, pairs: pd.Da
             workload_a  workload_b  device_name  p10_a  p50_a  p90_a  p10_b  p50_b  p90_b
             resnet18    lstm_lm     cpu          1.31   1.52   1.80   1.10   1.24   1.45
     """
-    featurizer = model_featurizer(model)
+    featurizer = model.get_featurizer()
     profiles = profiles.reset_index(drop=True)
     pairs = pairs.reset_index(drop=True)
     ia, ib = pair_indices(profiles, pairs)
@@ -118,7 +110,7 @@ def predict_pairs(model: SlowdownRegressor, profiles: pd.DataFrame, pairs: pd.Da
     i_self, i_partner = np.divmod(unique, max(len(profiles), 1))
     devices = profiles["device_name"].astype(str).to_numpy(dtype=object)[i_self] if "device_name" in profiles else None
     q = model.predict_matrix(featurizer.transform_indexed(profiles, i_self, i_partner), devices=devices)
-    q = np.ascontiguousarray(q[:, [0, q.shape[1] // 2, q.shape[1] - 1]])
+    q = np.ascontiguousarray(three_quantiles(q))
     if getattr(model, "shift_", None) is not None:  # workloads with measured pairs of their own
         q = np.exp(shift_log_quantiles(model, np.log(q), _profile_pair_meta(profiles, i_self, i_partner)))
     # One float block (p10_a ... p90_b) gathered row-wise from the distinct predictions, then the name
@@ -168,7 +160,7 @@ def _distinct_pairs(i_self: np.ndarray, i_partner: np.ndarray, m: int) -> tuple[
 
 def _pair_table(rows: PairRows, q: np.ndarray) -> pd.DataFrame:
     n = len(rows.X) // 2
-    q = q[:, [0, q.shape[1] // 2, q.shape[1] - 1]]
+    q = three_quantiles(q)
     meta = rows.meta
     return pd.DataFrame(
         {
@@ -291,7 +283,7 @@ def out_of_fold_predictions(
         pred = model.predict_quantiles(
             featurizer.transform(cand).iloc[rows], devices=cand.meta["device_name"].to_numpy()[rows]
         )
-        q[rows] = pred[:, [0, pred.shape[1] // 2, pred.shape[1] - 1]]
+        q[rows] = three_quantiles(pred)
     return _pair_table(cand, q)
 
 
@@ -359,7 +351,7 @@ def explain_pair(
     pair = pd.DataFrame({"workload_a": [workload_a], "workload_b": [workload_b], "device_name": device_name})
     rows = model_rows(model, profiles, pair)
     q = model.predict_quantiles(rows.X, devices=rows.meta["device_name"].to_numpy())
-    q = np.exp(shift_log_quantiles(model, np.log(q[:, [0, q.shape[1] // 2, q.shape[1] - 1]]), rows.meta))
+    q = np.exp(shift_log_quantiles(model, np.log(three_quantiles(q)), rows.meta))
     out: dict = {"device_name": device_name, "note": unseen_device_note(model, [device_name])}
     for side, i, (me, other) in (("a", 0, (workload_a, workload_b)), ("b", 1, (workload_b, workload_a))):
         contrib = model.explain(rows.X.iloc[[i]])

@@ -1,6 +1,6 @@
 """Budgeted evaluation: replay "a new workload measures K of its pairs" on a complete dataset, per strategy.
 
-Protocol (``evaluate_budget``), on the folds of ``evaluation.grouped_folds``: in the fold of group ``g``
+Protocol (``evaluate_budget``), on the folds of ``folds.grouped_folds``: in the fold of group ``g``
 every workload of ``g`` reveals ``K`` of its measured pairs, chosen by a strategy among its pairs with a
 partner outside ``g`` (a user measures the new job next to jobs the cluster knows). The model trains on
 the fold's training rows plus both directions of the revealed pairs, its shift (``WorkloadShift``) is
@@ -31,9 +31,10 @@ import pandas as pd
 from sharewise.errors import ConfigError
 from sharewise.predictor.choices import BUDGET_STRATEGIES
 from sharewise.predictor.completion import complete_slowdowns
-from sharewise.predictor.conformal import calibrate_rows, reveal_candidates, revealed_pairs
-from sharewise.predictor.evaluation import Fold, _three, fold_features, grouped_folds, slowdown_metrics
-from sharewise.predictor.model import SlowdownRegressor
+from sharewise.predictor.conformal import calibrate_rows
+from sharewise.predictor.folds import Fold, fold_features, grouped_folds, reveal_candidates, revealed_pairs
+from sharewise.predictor.metrics import slowdown_metrics
+from sharewise.predictor.model import SlowdownRegressor, three_quantiles
 from sharewise.predictor.pair_features import PairRows
 from sharewise.predictor.profile_join import ordered_rows
 from sharewise.predictor.shift import WorkloadShift, shift_log_quantiles
@@ -155,7 +156,7 @@ def evaluate_budget(
         if calibrate:  # on the fold's training rows only (its held-out group excluded)
             calibration = calibrate_rows(data, group_by, **pipeline, exclude=fold.group, cache=cache, **params)
         first.calibration_ = calibration
-        log_q = np.log(_three(first.predict_quantiles(X_all, devices=data.meta["device_name"].to_numpy())))
+        log_q = np.log(three_quantiles(first.predict_quantiles(X_all, devices=data.meta["device_name"].to_numpy())))
         ctx = FoldContext(
             data=data,
             fold=fold,
@@ -211,7 +212,7 @@ def _predict(data, fold, both, scored, estimator, ctx, log_q, calibration, pipel
     model = SlowdownRegressor(**params).fit(X_fit, data.y[train], featurizer=featurizer)
     model.calibration_ = calibration
     at = np.concatenate([both, scored])
-    lq = np.log(_three(model.predict_quantiles(X_all.iloc[at], devices=meta["device_name"].to_numpy()[at])))
+    lq = np.log(three_quantiles(model.predict_quantiles(X_all.iloc[at], devices=meta["device_name"].to_numpy()[at])))
     held = list(ctx.candidates)
     model.shift_ = WorkloadShift.fit(np.log(data.y[both]) - lq[: both.size, 1], meta.iloc[both], ctx.shrinkage, held)
     return np.exp(shift_log_quantiles(model, lq[both.size :], meta.iloc[scored]))

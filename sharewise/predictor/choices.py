@@ -5,7 +5,7 @@ in numpy, scikit-learn or XGBoost (``sharewise show reference`` stays fast). The
 import it from here, so each list is written once.
 """
 
-#: What a grouped cross-validation holds out (``evaluation.grouped_folds``).
+#: What a grouped cross-validation holds out (``folds.grouped_folds``).
 GROUP_BY = ("workload", "family", "device")
 
 #: Feature sets of ``PairFeaturizer``: "physical" leaves out the op-mix and batch-size columns (``select_base``).

@@ -1,11 +1,8 @@
-"""Grouped cross-validation of the slowdown model next to simple baselines, and the metrics it reports.
+"""Grouped cross-validation of the slowdown model next to simple baselines, and the summary it reports.
 
-Folds: for each group ``g`` (a workload, a model family or a device), the training rows are the ordered
-rows in which neither self nor partner belongs to ``g``; the test rows are those whose *self* belongs to
-``g``. Every ordered row is therefore scored exactly once, in the fold where its own workload is unseen, and
-each number answers the user's question "how slow will a new model run next to my other jobs". Both
-directions of a held-out pair are scored (each in the fold of its own self), so the "is sharing worth it"
-decision, which needs both slowdowns, is scored on every pair.
+Folds (``folds.grouped_folds``): for each group ``g`` (a workload, a model family or a device), the model
+trains on the ordered rows in which neither self nor partner belongs to ``g`` and is scored on those whose
+*self* belongs to ``g``, so every ordered row is scored once, in the fold where its own workload is unseen.
 
 Everything fitted is fitted per fold on the training rows only: the model, the baselines, and the feature
 state (``PairFeaturizer``: the device references of the share features, the partner effects). With
@@ -20,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import product
 
 import numpy as np
 import pandas as pd
@@ -28,8 +26,9 @@ from sharewise.errors import ConfigError
 from sharewise.predictor.baselines import BASELINES, unusable_reason
 from sharewise.predictor.choices import GROUP_BY
 from sharewise.predictor.conformal import calibrate_rows
-from sharewise.predictor.featurizer import PairFeaturizer
-from sharewise.predictor.model import SlowdownRegressor
+from sharewise.predictor.folds import fold_features, grouped_folds, subset
+from sharewise.predictor.metrics import slowdown_metrics
+from sharewise.predictor.model import SlowdownRegressor, three_quantiles
 from sharewise.predictor.pair_features import PairRows
 from sharewise.predictor.profile_join import ordered_rows
 
@@ -47,105 +46,6 @@ TUNING_GRID: dict[str, tuple] = {
 PIPELINE_KEYS = ("features", "partner_effect")
 #: Pulls toward the training median tried on the inner out-of-fold predictions (no refit needed).
 TUNING_PRIOR_WEIGHTS = (0.0, 0.25, 0.5)
-
-
-@dataclass(frozen=True)
-class Fold:
-    """One held-out group: the row indices to train on and to score."""
-
-    group: str
-    train: np.ndarray
-    test: np.ndarray
-
-
-def row_groups(meta: pd.DataFrame, group_by: str) -> tuple[np.ndarray, np.ndarray]:
-    """Return the group of self and of the partner for every ordered row."""
-    if group_by == "workload":
-        cols = ("self_workload", "partner_workload")
-    elif group_by == "family":
-        cols = ("self_family", "partner_family")
-    elif group_by == "device":
-        cols = ("device_name", "device_name")
-    else:
-        raise ConfigError(f"group_by must be one of {list(GROUP_BY)}, got {group_by!r}")
-    return meta[cols[0]].astype(str).to_numpy(), meta[cols[1]].astype(str).to_numpy()
-
-
-def grouped_folds(meta: pd.DataFrame, group_by: str) -> list[Fold]:
-    """Split ordered rows into one fold per group; no training row involves the fold's group.
-
-    Raises
-    ------
-    ConfigError
-        Fewer than two groups, or a group that every measured pair involves (nothing left to train on).
-    """
-    self_g, partner_g = row_groups(meta, group_by)
-    groups = sorted(set(self_g))
-    if len(groups) < 2:
-        raise ConfigError(
-            f"grouped evaluation by {group_by} needs at least 2 {group_by}s, the data has {len(groups)}; "
-            "measure more workloads or choose another --group-by"
-        )
-    folds = []
-    for g in groups:
-        train = np.flatnonzero((self_g != g) & (partner_g != g))
-        if train.size == 0:
-            raise ConfigError(
-                f"every measured pair involves {group_by} {g!r}, so holding it out leaves nothing to "
-                "train on; measure pairs among the other workloads too"
-            )
-        folds.append(Fold(group=g, train=train, test=np.flatnonzero(self_g == g)))
-    return folds
-
-
-# ---- metrics --------------------------------------------------------------------------------------------
-
-
-def slowdown_metrics(
-    measured: np.ndarray,
-    predicted: np.ndarray,
-    pair_id: np.ndarray | None = None,
-    low: np.ndarray | None = None,
-    high: np.ndarray | None = None,
-) -> dict[str, float]:
-    """Score predicted slowdowns against measured ones.
-
-    Returns
-    -------
-    dict
-        ``{"n": 1952, "mae": 0.31, "mape": 16.2, "spearman": 0.61, "decision_accuracy": 0.83}`` plus
-        ``"coverage_p10_p90"`` when ``low``/``high`` are given. MAPE and the decision accuracy are percent;
-        the decision is "is sharing worth it": 1/slowdown_a + 1/slowdown_b > 1, scored on pairs whose two
-        directions are both present (``pair_id`` says which rows belong together).
-    """
-    from scipy.stats import spearmanr
-
-    y = np.asarray(measured, dtype=np.float64)
-    p = np.asarray(predicted, dtype=np.float64)
-    err = np.abs(p - y)
-    out = {
-        "n": int(y.size),
-        "mae": float(err.mean()) if y.size else float("nan"),
-        "mape": float((err / y).mean() * 100) if y.size else float("nan"),
-        "spearman": float("nan"),
-    }
-    if y.size > 2 and np.ptp(p) > 0 and np.ptp(y) > 0:
-        out["spearman"] = float(spearmanr(y, p).statistic)
-    if pair_id is not None:
-        out["decision_accuracy"] = _decision_accuracy(y, p, np.asarray(pair_id))
-    if low is not None and high is not None:
-        inside = (y >= np.asarray(low)) & (y <= np.asarray(high))
-        out["coverage_p10_p90"] = float(inside.mean() * 100) if y.size else float("nan")
-    return out
-
-
-def _decision_accuracy(y: np.ndarray, p: np.ndarray, pair_id: np.ndarray) -> float:
-    frame = pd.DataFrame({"pair": pair_id, "y": 1.0 / y, "p": 1.0 / p})
-    grouped = frame.groupby("pair").agg(n=("y", "size"), y=("y", "sum"), p=("p", "sum"))
-    both = grouped[grouped["n"] == 2]
-    if both.empty:
-        return float("nan")
-    return float(((both["y"] > 1) == (both["p"] > 1)).mean() * 100)
 
 
 # ---- cross-validation -----------------------------------------------------------------------------------
@@ -206,18 +106,18 @@ def cross_validate(
     fold_info = []
     pipeline = {"features": features, "partner_effect": partner_effect}
     for fold in folds:
-        chosen = select_params(_subset(data, fold.train), group_by, **params) if tune else {}
+        chosen = select_params(subset(data, fold.train), group_by, **params) if tune else {}
         fold_params = {**pipeline, **params, **{k: v for k, v in chosen.items() if k != "inner_mape"}}
         fold_pipeline = {k: fold_params.pop(k) for k in PIPELINE_KEYS}
         featurizer, X_fit, X_all = fold_features(data, fold.train, **fold_pipeline)
         model = SlowdownRegressor(**fold_params).fit(X_fit, data.y[fold.train], featurizer=featurizer)
-        raw[fold.test] = _three(model.predict_quantiles(X_all.iloc[fold.test]))[:, [0, 2]]
+        raw[fold.test] = three_quantiles(model.predict_quantiles(X_all.iloc[fold.test]))[:, [0, 2]]
         if calibrate:  # on the fold's training rows only; level 0 alone, nothing is revealed here
             model.calibration_ = calibrate_rows(
                 data, group_by, **fold_pipeline, exclude=fold.group, cache=cache, levels=(0,), **fold_params
             )
         devices = data.meta["device_name"].to_numpy()[fold.test]
-        preds[fold.test] = _three(model.predict_quantiles(X_all.iloc[fold.test], devices=devices))
+        preds[fold.test] = three_quantiles(model.predict_quantiles(X_all.iloc[fold.test], devices=devices))
         _, Xtr, plain = fold_features(data, fold.train, features=features, partner_effect=False)
         ytr, mtr = data.y[fold.train], data.meta.iloc[fold.train]
         Xte, mte = plain.iloc[fold.test], data.meta.iloc[fold.test]
@@ -246,21 +146,6 @@ def cross_validate(
     return result
 
 
-def fold_features(
-    data: PairRows, train: np.ndarray, features: str = "physical", partner_effect: bool = True
-) -> tuple[PairFeaturizer, pd.DataFrame, pd.DataFrame]:
-    """Fit a ``PairFeaturizer`` on rows ``train`` of ``data``; return it, the training rows' features (in
-    ``train`` order) and every row's features as rows to predict (index them with the test rows)."""
-    featurizer = PairFeaturizer(features=features, partner_effect=partner_effect)
-    X_fit = featurizer.fit_transform(data.take(train))
-    return featurizer, X_fit, featurizer.transform(data)
-
-
-def _subset(rows: PairRows, index: np.ndarray) -> PairRows:
-    part = rows.take(index)
-    return PairRows(X=part.X.reset_index(drop=True), y=part.y, meta=part.meta.reset_index(drop=True))
-
-
 def select_params(data: PairRows, group_by: str = "family", **fixed) -> dict:
     """Choose the feature pipeline and tree parameters by grouped cross-validation on ``data`` alone.
 
@@ -276,8 +161,6 @@ def select_params(data: PairRows, group_by: str = "family", **fixed) -> dict:
         E.g. ``{"features": "physical", "partner_effect": True, "max_depth": 2, "min_child_weight": 50.0,
         "prior_weight": 0.25, "inner_mape": 14.2}``.
     """
-    from itertools import product
-
     fixed = {k: v for k, v in fixed.items() if k not in TUNING_GRID and k != "prior_weight"}
     folds = grouped_folds(data.meta, group_by)
     keys = list(TUNING_GRID)
@@ -308,11 +191,6 @@ def select_params(data: PairRows, group_by: str = "family", **fixed) -> dict:
     return {**best, "inner_mape": best_mape}
 
 
-def _three(q: np.ndarray) -> np.ndarray:
-    # Models with other quantiles still fill p10/p50/p90 columns: lowest, middle, highest.
-    return q[:, [0, q.shape[1] // 2, q.shape[1] - 1]]
-
-
 def _random_split(
     data: PairRows, features: str = "physical", partner_effect: bool = True, **params
 ) -> dict:
@@ -326,7 +204,7 @@ def _random_split(
         if test.any() and train.any():
             featurizer, X_fit, X_all = fold_features(data, np.flatnonzero(train), features, partner_effect)
             model = SlowdownRegressor(**params).fit(X_fit, data.y[train], featurizer=featurizer)
-            preds[test] = _three(model.predict_quantiles(X_all[test]))
+            preds[test] = three_quantiles(model.predict_quantiles(X_all[test]))
     ok = ~np.isnan(preds[:, 1])
     metrics = slowdown_metrics(
         data.y[ok], preds[ok, 1], data.meta["pair_id"].to_numpy()[ok], preds[ok, 0], preds[ok, 2]

@@ -17,15 +17,11 @@ from sharewise.errors import (
     NotFittedError,
     SchemaError,
 )
+from sharewise.predictor.calibration import ConformalCalibration
 from sharewise.predictor.featurizer import PairFeaturizer, monotone_signs
 from sharewise.predictor.params import Params
-from sharewise.predictor.persistence import (
-    read_model_files,
-    sidecar_path,
-    state_from_dict,
-    state_to_dict,
-    write_model_files,
-)
+from sharewise.predictor.persistence import read_model_files, sidecar_path, write_model_files
+from sharewise.predictor.shift import WorkloadShift
 from sharewise.predictor.validation import as_matrix, check_feature_names, feature_names_of
 
 # Version of the saved model layout (sidecar keys and pair feature naming). Bump it when a saved model
@@ -285,6 +281,14 @@ class SlowdownRegressor(Params):
                 "with SlowdownRegressor.load(path)"
             )
 
+    def get_featurizer(self) -> PairFeaturizer:
+        """Return the featurizer that builds this model's features from profiles and pairs: the fitted
+        ``featurizer_``, or for a model fitted on features built elsewhere one without fitted state
+        (``PairFeaturizer.from_feature_names``)."""
+        self._check_fitted()
+        featurizer = getattr(self, "featurizer_", None)
+        return featurizer if featurizer is not None else PairFeaturizer.from_feature_names(self.feature_names_in_)
+
     def _validated(self, X) -> np.ndarray:
         self._check_fitted()
         if isinstance(X, pd.DataFrame):
@@ -422,7 +426,8 @@ class SlowdownRegressor(Params):
             "params": params,
             "training": self.training_summary_,
             "featurizer": None if self.featurizer_ is None else self.featurizer_.to_dict(),
-            **state_to_dict(self),
+            "calibration": None if self.calibration_ is None else self.calibration_.to_dict(),
+            "shift": None if self.shift_ is None else self.shift_.to_dict(),
         }
         return write_model_files(self.booster_, payload, path)
 
@@ -459,13 +464,21 @@ class SlowdownRegressor(Params):
         model.prior_ = float(meta.get("prior", 0.0))
         model.training_summary_ = meta.get("training", {})
         model.featurizer_ = featurizer
-        model.calibration_, model.shift_ = state_from_dict(meta)
+        calibration, shift = meta.get("calibration"), meta.get("shift")
+        model.calibration_ = None if calibration is None else ConformalCalibration.from_dict(calibration)
+        model.shift_ = None if shift is None else WorkloadShift.from_dict(shift)
         return model
 
 
 def _offset_index(names: Sequence[str], offset_feature: str | None) -> int | None:
     """Column of ``offset_feature`` in ``names``; None without one (or when the features lack it)."""
     return names.index(offset_feature) if offset_feature and offset_feature in names else None
+
+
+def three_quantiles(q: np.ndarray) -> np.ndarray:
+    """Return the p10, p50 and p90 columns of predicted quantiles ``q``: for a model with other quantiles, its
+    lowest, middle and highest (``[[1.1, 1.3, 1.6]]`` from ``[[1.1, 1.3, 1.6]]``; columns 0, 2, 4 of five)."""
+    return q[:, [0, q.shape[1] // 2, q.shape[1] - 1]]
 
 
 def _sorted_rows(values: np.ndarray) -> np.ndarray:

@@ -1,4 +1,7 @@
-"""A saved model's two files: XGBoost JSON and the sidecar (written atomically, read with clear errors)."""
+"""A saved model's two files: XGBoost JSON and the sidecar (written atomically, read with clear errors).
+
+File handling only: what goes into the sidecar is the model's business (``SlowdownRegressor.save``/``load``).
+"""
 
 from __future__ import annotations
 
@@ -17,8 +20,6 @@ __all__ = [
     "SIDECAR_SUFFIX",
     "read_model_files",
     "sidecar_path",
-    "state_from_dict",
-    "state_to_dict",
     "write_model_files",
 ]
 
@@ -85,27 +86,6 @@ def read_model_files(path: str | os.PathLike, schema_version: int, xgb) -> tuple
     except xgb.core.XGBoostError as exc:
         raise ModelSchemaError(f"{path}: not a readable XGBoost model ({str(exc).splitlines()[0]})") from None
     return booster, meta
-
-
-def state_to_dict(model) -> dict:
-    """Return the sidecar keys of a model's post-fit state: ``{"calibration": ..., "shift": ...}`` (or nulls)."""
-    return {
-        name: None if getattr(model, f"{name}_", None) is None else getattr(model, f"{name}_").to_dict()
-        for name in ("calibration", "shift")
-    }
-
-
-def state_from_dict(meta: dict) -> tuple:
-    """Return ``(ConformalCalibration or None, WorkloadShift or None)`` from a sidecar dict."""
-    from sharewise.predictor.conformal import ConformalCalibration
-    from sharewise.predictor.shift import WorkloadShift
-
-    calibration = meta.get("calibration")
-    shift = meta.get("shift")
-    return (
-        None if calibration is None else ConformalCalibration.from_dict(calibration),
-        None if shift is None else WorkloadShift.from_dict(shift),
-    )
 
 
 def _json_default(obj: Any):

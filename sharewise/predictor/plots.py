@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 
 from sharewise.predictor.choices import plural
-from sharewise.predictor.evaluation import CVResult, slowdown_metrics
+from sharewise.predictor.evaluation import CVResult
+from sharewise.predictor.metrics import slowdown_metrics
 
 
 def plot_evaluation(cv: CVResult, out_dir: str | os.PathLike) -> list[Path]:

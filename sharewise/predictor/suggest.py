@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from sharewise.errors import ConfigError, DatasetError
+from sharewise.predictor.api import model_rows, predict_pairs, train_model
 from sharewise.predictor.shift import WorkloadShift, posterior_sd
 
 #: Shrinkage for a model without calibration (``ConformalCalibration.shrinkage``): the variance components
@@ -111,12 +112,10 @@ def refit_on_pairs(
     featurizer are retrained on every measured pair first (``train_model`` with the model's parameters,
     the calibration carried over), then the shift is fitted on the new workloads' in-sample residuals.
     """
-    from sharewise.predictor.api import model_featurizer, model_rows, train_model
-
     new_workloads = [str(w) for w in new_workloads]
     measured = _measured_ok(pairs)
     if full:
-        featurizer = model_featurizer(model)
+        featurizer = model.get_featurizer()
         out = train_model(profiles, measured, featurizer.features, featurizer.partner_effect, **model.get_params())
         out.calibration_ = getattr(model, "calibration_", None)
     else:
@@ -203,8 +202,6 @@ def suggest_pairs(
     DatasetError
         A named workload without a profile.
     """
-    from sharewise.predictor.api import predict_pairs
-
     if int(budget) < 0:
         raise ConfigError(f"budget must be a non-negative number of pair runs, got {budget!r}")
     new_workloads = list(dict.fromkeys(str(w) for w in new_workloads))

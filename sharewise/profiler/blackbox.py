@@ -372,7 +372,7 @@ class CommandWorker:
         self._events.put({"event": "features", "features": features})
 
     def _driver_features(self) -> dict[str, float]:
-        from sharewise.profiler.pool import device_memory
+        from sharewise.profiler.device import device_memory
 
         total, _ = device_memory(self.config.device)
         out = {"f_device_mem_bytes": total if math.isfinite(total) else math.nan}
@@ -536,7 +536,7 @@ def job_memory_bytes(pid: int, device: str) -> float:
         used = _nvml_process_memory({p.pid for p in procs}, device)
         if used is not None:
             return used
-        from sharewise.profiler.pool import FIRST_START_BYTES
+        from sharewise.profiler.device import FIRST_START_BYTES
 
         return float(FIRST_START_BYTES["cuda"])
     total = 0.0

@@ -86,3 +86,31 @@ def total_memory_bytes(device: str) -> float:
     import torch
 
     return float(torch.cuda.get_device_properties(cuda_index(device)).total_memory)
+
+#: Memory a new worker is assumed to need before one of its workload has reported its footprint:
+#: on CPUs the resident set of a small torch process, on GPUs a CUDA context and a modest model.
+FIRST_START_BYTES = {"cpu": 600 * 2**20, "cuda": 2 * 2**30}
+
+
+def device_memory(device: str) -> tuple[float, float]:
+    """Return ``(total, free)`` bytes of ``device``: RAM for the CPU, NVML's numbers for a GPU.
+
+    The driver never creates a CUDA context of its own (it would hold memory and, under MPS, be a client);
+    where NVML cannot tell, both are infinite and only the workers' own reports limit residency.
+    """
+    if device_kind(device) == "cpu":
+        import psutil
+
+        mem = psutil.virtual_memory()
+        return float(mem.total), float(mem.available)
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            info = pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(cuda_index(device)))
+            return float(info.total), float(info.free)
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # no NVML (or a masked index it cannot map): trust the workers' reports
+        return float("inf"), float("inf")

@@ -16,42 +16,12 @@ from collections.abc import Sequence
 
 from sharewise.profiler.blackbox import start_worker
 from sharewise.profiler.config import RunConfig, device_kind
+from sharewise.profiler.device import FIRST_START_BYTES, device_memory
 from sharewise.profiler.modes import CoreAssignment
 from sharewise.profiler.session import Worker, WorkerFailed
 
 #: Share of the device's memory that resident workers may hold together.
 RESIDENT_SHARE = 0.85
-#: Memory a new worker is assumed to need before one of its workload has reported its footprint:
-#: on CPUs the resident set of a small torch process, on GPUs a CUDA context and a modest model.
-FIRST_START_BYTES = {"cpu": 600 * 2**20, "cuda": 2 * 2**30}
-
-
-def device_memory(device: str) -> tuple[float, float]:
-    """Return ``(total, free)`` bytes of ``device``: RAM for the CPU, NVML's numbers for a GPU.
-
-    The driver never creates a CUDA context of its own (it would hold memory and, under MPS, be a client);
-    where NVML cannot tell, both are infinite and only the workers' own reports limit residency.
-    """
-    if device_kind(device) == "cpu":
-        import psutil
-
-        mem = psutil.virtual_memory()
-        return float(mem.total), float(mem.available)
-    try:
-        import pynvml
-
-        from sharewise.profiler.device import cuda_index
-
-        pynvml.nvmlInit()
-        try:
-            info = pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(cuda_index(device)))
-            return float(info.total), float(info.free)
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:  # no NVML (or a masked index it cannot map): trust the workers' reports
-        return float("inf"), float("inf")
-
-
 class WorkerPool:
     """Ready worker processes kept across the runs of one campaign (see the module docstring).
 
