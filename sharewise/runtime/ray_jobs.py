@@ -26,6 +26,8 @@ from sharewise.runtime.jobs import Exit, JobSpec
 from sharewise.runtime.slots import Layout
 
 SLOT_RESOURCE = "sharewise_slot_{}"
+#: Seconds Ray may take to place and start a job's actor before the run gives up with the reason.
+PLACE_TIMEOUT_S = 120.0
 _SLOT = re.compile(r"^sharewise_slot_(\d+)$")
 
 
@@ -151,8 +153,15 @@ class RayLauncher:
     def __call__(self, spec: JobSpec, slots: list[int], start_step: int, progress: Path, log: Path) -> RayJob:
         resources = {SLOT_RESOURCE.format(s): 1 for s in slots}
         actor = self.actor_cls.options(resources=resources).remote()
-        self.ray.get(actor.start.remote(spec, slots, start_step, str(progress), str(log), self.layout.device,
-                                        self.layout.mode, self.env))
+        try:
+            self.ray.get(actor.start.remote(spec, slots, start_step, str(progress), str(log), self.layout.device,
+                                            self.layout.mode, self.env), timeout=PLACE_TIMEOUT_S)
+        except self.ray.exceptions.GetTimeoutError:
+            self.ray.kill(actor)
+            raise ConfigError(
+                f"Ray placed no actor for job {spec.job_id!r} on slot(s) {slots} within {PLACE_TIMEOUT_S:.0f} s: no "
+                f"node advertises {SLOT_RESOURCE.format(slots[0])!r} with room for one more job"
+            ) from None
         self.actors.append(actor)
         return RayJob(self.ray, actor, start_step)
 

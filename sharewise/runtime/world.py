@@ -343,6 +343,7 @@ class RealWorld:
             ended = rec.proc.exit()
             if ended is not None:
                 self.live.discard(j)
+                rec.proc.kill()  # nothing left to kill; a Ray actor gives its slot back
                 self._close(j, now)
                 rec.exit = {"status": ended.status, "code": ended.code, "message": ended.message,
                             "last_step_t": _round(rec.last_step_t)}
