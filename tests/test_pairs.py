@@ -10,7 +10,7 @@ import time
 
 import psutil
 import pytest
-from test_profiler_hostload import QUIET_LIMIT, load_problem, measure_quietly, quietest_core
+from loadguard import QUIET_LIMIT, load_problem, measure_quietly, quietest_core
 
 from sharewise.profiler.config import DISTURBANCE_LIMIT, RunConfig
 from sharewise.profiler.hostload import wait_until_idle

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from test_profiler_hostload import load_problem, measure_quietly
+from loadguard import load_problem, measure_quietly
 
 from sharewise.predictor.model import PROBE_OFFSET, SlowdownRegressor
 from sharewise.profiler.api import profile_one
