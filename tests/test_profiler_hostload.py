@@ -143,3 +143,46 @@ def test_measure_quietly_does_not_measure_while_the_machine_is_busy_before(no_pa
 
 def test_an_unmeasurable_share_is_quiet():
     assert load_problem(float("nan")) is None and load_problem(0.05) is None and load_problem(0.051)
+
+
+def test_bound_if_quiet_asserts_in_a_quiet_window_and_warns_in_a_busy_one():
+    quiet, busy = LoadWindow(), LoadWindow()
+    quiet.share, busy.share = 0.0, 0.4
+    bound_if_quiet(quiet, True, "holds")
+    with pytest.raises(AssertionError, match="took too long"):
+        bound_if_quiet(quiet, False, "took too long")
+    with pytest.warns(LoadWarning, match=r"not checked: took too long \(foreign CPU load 40%"):
+        bound_if_quiet(busy, False, "took too long")
+    with pytest.raises(AssertionError):  # quiet enough for a looser limit: checked, and it fails
+        bound_if_quiet(busy, False, "took too long", limit=0.5)
+
+
+def test_clearly_above_one_is_the_half_width_rule():
+    clearly_above_one(2.0, 0.4, "x")  # 2.0 * 0.6 = 1.2
+    for value, halfwidth in ((1.2, 0.2), (0.9, 0.0), (float("nan"), 0.1), (2.0, float("nan")), (float("inf"), 0.1)):
+        with pytest.raises(AssertionError):
+            clearly_above_one(value, halfwidth, "x")
+
+
+def _spin(units: int) -> None:
+    x = 0
+    for _ in range(units):
+        x += 1
+
+
+def test_growth_check_passes_linear_work_and_fails_quadratic_work(no_pause):
+    """A path of size-proportional work passes at about 10x; one of size-squared work fails at about 100x
+    (a machine saturated by others makes it skip instead, which is what the rule says)."""
+    ratio = check_growth("linear", lambda size: lambda: _spin(400 * size), 50, "units")
+    assert 5 < ratio <= loadguard.GROWTH_LIMIT
+    try:
+        with pytest.raises(pytest.fail.Exception, match=r"quadratic: 300 units cost .* in two quiet windows"):
+            check_growth("quadratic", lambda size: lambda: _spin(6 * size * size), 30, "units")
+    except pytest.skip.Exception as skipped:
+        pytest.skip(f"the machine was saturated: {skipped}")
+
+
+def test_growth_check_skips_with_the_load_when_no_window_is_quiet(no_pause, monkeypatch):
+    monkeypatch.setattr(loadguard, "GROWTH_SATURATED", -1.0)  # every window counts as saturated
+    with pytest.raises(pytest.skip.Exception, match=r"quadratic: not confirmed in 3 attempts .* while foreign CPU"):
+        check_growth("quadratic", lambda size: lambda: _spin(6 * size * size), 30, "units")
