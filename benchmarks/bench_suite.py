@@ -3,6 +3,7 @@
 Parts (each optional; by default ``show`` and the fast subset):
 
 - ``show``: ``sharewise show reference`` in ``--show-runs`` fresh processes, wall and CPU time (target 1.5 s).
+- ``demo``: ``sharewise demo`` end to end once (``--demo``), wall time and its closing verdict.
 - ``fast``: ``pytest -m "not slow"`` once (target 120 s; zero failures).
 - ``full``: the whole suite ``--full N`` times back to back (target 15 min each; zero failures).
 - ``hog``: the whole suite once more beside a CPU hog, one busy-looping process per core (zero failures: a
@@ -11,7 +12,8 @@ Parts (each optional; by default ``show`` and the fast subset):
 Each pytest run's wall time, pass/fail/skip counts and skip reasons are printed in one table. Run it on an
 idle machine: times measured next to other work say little (the hog run is the exception, by design).
 
-    .venv/bin/python benchmarks/bench_suite.py [--show-runs 5] [--fast] [--full 3] [--hog] [--json OUT.json]
+    .venv/bin/python benchmarks/bench_suite.py [--show-runs 5] [--demo] [--fast] [--full 3] [--hog]
+        [--json OUT.json]
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import re
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -50,6 +53,18 @@ def time_show(runs: int) -> dict:
     return {"wall_s": walls, "cpu_s": cpus}
 
 
+def time_demo() -> dict:
+    """``sharewise demo`` in a fresh process into a temporary folder: its wall time and its last lines."""
+    with tempfile.TemporaryDirectory(prefix="sharewise-bench-demo-") as tmp:
+        began = time.perf_counter()
+        cmd = [sys.executable, "-m", "sharewise", "demo", "--out", str(Path(tmp) / "demo")]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        wall = time.perf_counter() - began
+    if proc.returncode != 0:
+        raise SystemExit(f"sharewise demo failed: {proc.stderr[-1000:]}")
+    return {"wall_s": wall, "tail": proc.stdout.strip().splitlines()[-3:]}
+
+
 def run_pytest(label: str, args: list[str]) -> dict:
     """Run pytest (``-rs`` so that skips say why); return its wall time, outcome counts and skip reasons."""
     cmd = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", *args]
@@ -68,12 +83,13 @@ def run_pytest(label: str, args: list[str]) -> dict:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--show-runs", type=int, default=5, help="fresh 'sharewise show' processes (0: none)")
+    parser.add_argument("--demo", action="store_true", help="time 'sharewise demo' once")
     parser.add_argument("--fast", action="store_true", help="time the fast subset (default when nothing else)")
     parser.add_argument("--full", type=int, default=0, help="run the whole suite N times back to back")
     parser.add_argument("--hog", action="store_true", help="run the whole suite once beside a CPU hog")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
-    fast = args.fast or not (args.full or args.hog)
+    fast = args.fast or not (args.full or args.hog or args.demo)
     out: dict = {"runs": []}
     if args.show_runs:
         show = out["show"] = time_show(args.show_runs)
@@ -82,6 +98,9 @@ def main(argv: list[str]) -> int:
             f"median {statistics.median(show['wall_s']):.2f} s; CPU min {min(show['cpu_s']):.2f} s "
             f"(target {TARGETS_S['show']} s)"
         )
+    if args.demo:
+        demo = out["demo"] = time_demo()
+        print(f"sharewise demo: {demo['wall_s'] / 60:.1f} min; it ends: " + " / ".join(demo["tail"]))
     print("test runs:")
     if fast:
         out["runs"].append(run_pytest("fast", ["-m", "not slow"]))

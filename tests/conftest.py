@@ -13,7 +13,9 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"
 USER_WORKLOADS = FIXTURES / "user_workloads.py"
-SHARED_DATA = REPO.parent / "shared" / "data"
+# The public data sits beside the repository in the workplace; $SHAREWISE_SHARED_DATA points elsewhere (a
+# worktree one level deeper, a CI cache).
+SHARED_DATA = Path(os.environ.get("SHAREWISE_SHARED_DATA", REPO.parent / "shared" / "data"))
 
 # Features are cached per user; tests must neither read a developer's cache nor leave one behind.
 os.environ.setdefault("SHAREWISE_CACHE_DIR", tempfile.mkdtemp(prefix="sharewise-test-cache-"))
