@@ -25,8 +25,8 @@ it without knowing the load its window ran under. The rules, one tool each:
 3. **Growth checks** (``check_growth``): a path a user scales runs at ``n`` and ``10 n`` in one process and fails
    if its cost grows more than ``GROWTH_LIMIT`` (20x): linear work grows about 10x, an O(n^2) or
    O(jobs x GPUs) path about 100x. The cost is the process's CPU time (``time.process_time``, which a busy
-   neighbour or the host's steal barely moves, unlike wall time) on one thread with the cyclic garbage
-   collector off (its passes cost in proportion to all the test session's objects), the best of
+   neighbour or the host's steal barely moves, unlike wall time) on one thread, with the test session's
+   objects frozen out of the garbage collector's passes (the path's own collections count), the best of
    ``GROWTH_REPEATS`` interleaved repeats of each size. A ratio above the limit counts only from a window
    that other processes did not saturate (``GROWTH_SATURATED``) and where the repeats of each size agreed
    within ``GROWTH_SPREAD``; it must be seen twice to fail. (A neighbour moves CPU time far less than wall
@@ -177,17 +177,16 @@ def cpu_seconds(fn: Callable[[], object]) -> float:
 
 
 @contextmanager
-def collector_paused():
-    """Collect garbage once, then keep the cyclic collector off: its full passes cost in proportion to every
-    object alive in the test session, not to the path measured."""
+def session_objects_frozen():
+    """Collect garbage once, then move every object alive to the collector's permanent generation until the
+    block ends: a collection inside it then passes over the measured path's own objects only, not over all the
+    test session's (which would make its cost depend on what ran before)."""
     gc.collect()
-    enabled = gc.isenabled()
-    gc.disable()
+    gc.freeze()
     try:
         yield
     finally:
-        if enabled:
-            gc.enable()
+        gc.unfreeze()
 
 
 def growth_window_limit() -> float:
@@ -221,7 +220,7 @@ def check_growth(
         if attempt:
             time.sleep(PAUSE_S)
         small, big = [], []
-        with threadpool_limits(limits=1), collector_paused(), LoadWindow() as window:
+        with threadpool_limits(limits=1), session_objects_frozen(), LoadWindow() as window:
             run_small()  # warm: lazy imports, compiled kernels (a first big run is one more repeat's worth)
             for _ in range(repeats):
                 small.append(cpu_seconds(run_small))

@@ -19,6 +19,7 @@ import pandas as pd
 import pytest
 from loadguard import check_growth
 
+from sharewise.datasets.synthetic import synthetic_tables
 from sharewise.policy import get_policy, policy_names
 from sharewise.policy.pairing import plan_pairs
 from sharewise.policy.table import SlowdownTable
@@ -180,53 +181,24 @@ def test_policy_call_grows_linearly_in_queue_length(name):
 # -- predict and train: pairs and rows -----------------------------------------------------------------------
 
 
-def _predictor_tables(n_workloads: int, n_pairs: int, seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Profiles of ``n_workloads`` workloads on one device (a dozen measured features) and ``n_pairs`` measured
-    pairs drawn among them, slowdown rising with the two busy fractions."""
-    rng = np.random.default_rng(seed)
-    names = np.array([f"w{i}" for i in range(n_workloads)], dtype=object)
-    features = [
-        "f_flops_per_step",
-        "f_param_bytes",
-        "f_activation_bytes",
-        "f_kernels_per_step",
-        "f_launch_rate",
-        "f_mem_peak_allocated_bytes",
-        "f_achieved_flops",
-        "f_kernel_mean_us",
-        "f_probe_pressure",
-    ]
-    profiles = pd.DataFrame(rng.lognormal(0, 1, (n_workloads, len(features))), columns=features)
-    step = rng.lognormal(3, 1, n_workloads)
-    profiles = profiles.assign(
-        f_busy_frac=rng.uniform(0.1, 1.0, n_workloads),
-        f_probe_slowdown=rng.uniform(1.0, 2.5, n_workloads),
-        workload=names,
-        family=[f"fam{i % 20}" for i in range(n_workloads)],
-        batch_size=32,
-        device_kind="cuda",
-        device_name="gpu",
-        mode="timeslice",
-        host="h",
-        torch_version="2",
-        created_at="2024-01-01T00:00:00",
-        iter_time_ms=step,
-        throughput=1000.0 / step,
-    )
-    a, b = rng.integers(0, n_workloads, n_pairs), rng.integers(0, n_workloads, n_pairs)
-    busy = profiles["f_busy_frac"].to_numpy()
-    level = np.maximum(1.0, busy[a] + busy[b])
-    pairs = pd.DataFrame(
-        {
-            "workload_a": names[a],
-            "workload_b": names[b],
-            "device_name": "gpu",
-            "slowdown_a": level * rng.lognormal(0, 0.05, n_pairs),
-            "slowdown_b": level * rng.lognormal(0, 0.05, n_pairs),
-            "status": "ok",
-        }
-    )
-    return profiles, pairs
+#: A dozen measured features (with f_busy_frac and f_probe_slowdown): per-row work is what grows, and the
+#: checks stay fast.
+FEATURES = (
+    "f_flops_per_step",
+    "f_param_bytes",
+    "f_activation_bytes",
+    "f_kernels_per_step",
+    "f_launch_rate",
+    "f_mem_peak_allocated_bytes",
+    "f_achieved_flops",
+    "f_kernel_mean_us",
+    "f_probe_pressure",
+)
+
+
+def _predictor_tables(n_workloads: int, n_pairs: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Profiles of ``n_workloads`` workloads on one device and ``n_pairs`` measured pairs drawn among them."""
+    return synthetic_tables(n_workloads, n_pairs, features=FEATURES)
 
 
 def test_predict_grows_linearly_in_pairs():
