@@ -1,23 +1,30 @@
-"""Benchmark: ``sharewise recommend`` on 10,000 queued jobs (target <= 2 s on 2 cores), exact vs greedy.
+"""Benchmark: ``sharewise recommend`` on 100,000 queued jobs and 50,000 GPUs, the whole CLI call (target <= 2 s on
+an idle 2-core machine), and the pairing's parts; exact vs greedy.
 
-Scenarios (Gavel V100 workloads and a model trained on the imported Gavel pairs):
+The CLI as a user runs it (``sharewise recommend --json``, Gavel V100 workloads, a model trained on the
+imported Gavel pairs, ``--device-name v100``) is timed in ``--cli-runs`` fresh processes: wall time and the
+process's CPU time (user + system; on a busy machine CPU time is the steadier figure), min and median. Then,
+in this process:
 
-- ``free``: 10,000 queued single-GPU jobs, 4,000 free GPUs: 6,000 jobs must pair up or wait.
-- ``cluster``: 10,000 queued jobs (5% multi-GPU) on 8,000 GPUs, of which 4,000 hold one job, 2,000 two, 2,000
-  are free.
-- ``many-types``: 10,000 jobs of 800 distinct (synthetic) workloads, where the exact program is too big and
-  the greedy pairing takes over (the solver alone; a model cannot predict workloads it has no profile of).
+- ``free``: ``--jobs`` queued single-GPU jobs on ``--gpus`` free GPUs.
+- ``cluster``: the same number of jobs (5% multi-GPU) on 8,000 GPUs, of which 4,000 hold one job, 2,000
+  two, 2,000 are free.
+- ``many-types``: the jobs of 800 distinct (synthetic) workloads, where the exact program is too big and the
+  greedy pairing takes over (the solver alone; a model cannot predict workloads it has no profile of).
 
 For each: the whole command (``recommend()``: model load, dataset read, predictions of every workload pair,
 the pairing, explanations) and the pairing alone, with its method, and the expected work rate
-(GPU-equivalents) of the exact and greedy pairings. The CLI process (start-up and imports included) is timed once.
+(GPU-equivalents) of the exact and greedy pairings.
 
-    .venv/bin/python benchmarks/bench_policy.py [--data-root ../shared/data] [--jobs 10000]
+    .venv/bin/python benchmarks/bench_policy.py [--data-root ../shared/data] [--jobs 100000] [--gpus 50000]
+        [--cli-runs 5]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -87,7 +94,26 @@ def timed(fn):
     return out, time.perf_counter() - began
 
 
-def run(data_root: Path, n_jobs: int) -> None:
+def cli_runs(data: Path, model: Path, queue: Path, n_gpus: int, runs: int) -> tuple[list[float], list[float]]:
+    """Time ``sharewise recommend --json`` in ``runs`` fresh processes; return their wall and CPU seconds."""
+    cmd = [
+        sys.executable, "-m", "sharewise", "recommend", "--model", str(model), "--data", str(data),
+        "--queue", str(queue), "--gpus", str(n_gpus), "--device-name", "v100", "--json",
+    ]  # fmt: skip
+    walls, cpus = [], []
+    for _ in range(runs):
+        before = os.times()
+        began = time.perf_counter()
+        proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        walls.append(time.perf_counter() - began)
+        after = os.times()
+        cpus.append((after.children_user - before.children_user) + (after.children_system - before.children_system))
+        if proc.returncode != 0:
+            raise SystemExit(f"recommend failed: {proc.stderr[-500:]}")
+    return walls, cpus
+
+
+def run(data_root: Path, n_jobs: int, n_gpus: int, runs: int) -> None:
     from sharewise.app.recommend import RecommendConfig, recommend
     from sharewise.policy.pairing import plan_pairs
     from sharewise.policy.table import SlowdownTable
@@ -96,8 +122,17 @@ def run(data_root: Path, n_jobs: int) -> None:
     with tempfile.TemporaryDirectory(prefix="sharewise-bench-rec-") as tmp:
         work = Path(tmp)
         data, model, workloads = setup(data_root, work)
+        free_queue = queue_csv(work / "q_free.csv", workloads, n_jobs, 0.0, rng)
+        # The CLI as a user runs it, Python start-up and imports included.
+        walls, cpus = cli_runs(data, model, free_queue, n_gpus, runs)
+        verdict = "met" if min(walls) <= TARGET_S else "missed here (the target is for an idle machine)"
+        print(
+            f"\nCLI 'sharewise recommend --json', {n_jobs} jobs on {n_gpus} GPUs, {runs} fresh processes: wall "
+            f"min {min(walls):.2f} s, median {statistics.median(walls):.2f} s; CPU (user + system) min "
+            f"{min(cpus):.2f} s, median {statistics.median(cpus):.2f} s (target <= {TARGET_S:.0f} s: {verdict})"
+        )
         scenarios = {
-            "free": (queue_csv(work / "q_free.csv", workloads, n_jobs, 0.0, rng), {"gpus": 4000}),
+            "free": (free_queue, {"gpus": n_gpus}),
             "cluster": (
                 queue_csv(work / "q_cluster.csv", workloads, n_jobs, 0.05, rng),
                 {"cluster": str(cluster_csv(work / "cluster.csv", workloads, rng))},
@@ -105,7 +140,7 @@ def run(data_root: Path, n_jobs: int) -> None:
         }
         print(
             f"\n{'scenario':10s} {'whole s':>8s} {'pairing s':>10s} {'method':>7s} {'placed':>7s} "
-            f"{'waiting':>8s} {'work rate':>11s} {'greedy rate':>12s} {'greedy s':>9s} {'target':>7s}"
+            f"{'waiting':>8s} {'work rate':>11s} {'greedy rate':>12s} {'greedy s':>9s}"
         )
         for name, (queue, gpus) in scenarios.items():
             cfg = RecommendConfig(
@@ -122,8 +157,7 @@ def run(data_root: Path, n_jobs: int) -> None:
             print(
                 f"{name:10s} {whole:8.2f} {plan.solve_s:10.3f} {plan.method:>7s} {placed:7d} "
                 f"{len(plan.waiting):8d} "
-                f"{plan.work_rate:11.1f} {greedy.work_rate:12.1f} {greedy.solve_s:9.3f} "
-                f"{'ok' if whole <= TARGET_S else 'MISSED':>7s}"
+                f"{plan.work_rate:11.1f} {greedy.work_rate:12.1f} {greedy.solve_s:9.3f}"
             )
         # Many distinct workloads: the solver alone, on a synthetic table.
         n_types = 800
@@ -133,47 +167,18 @@ def run(data_root: Path, n_jobs: int) -> None:
         q = pd.DataFrame({"job_id": [f"j{i}" for i in range(n_jobs)], "workload": rng.choice(names, n_jobs)})
         plan, took = timed(lambda: plan_pairs(q, table, gpus=4000))
         print(f"{'many-types':10s} {'-':>8s} {took:10.3f} {plan.method:>7s}  ({plan.method_note})")
-        # The CLI as a user runs it, Python start-up and imports included.
-        queue, gpus = scenarios["free"]
-        began = time.perf_counter()
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "sharewise",
-                "recommend",
-                "--model",
-                str(model),
-                "--data",
-                str(data),
-                "--queue",
-                str(queue),
-                "--gpus",
-                "4000",
-                "--device-name",
-                "v100",
-                "--json",
-            ],
-            capture_output=True,
-            text=True,
-        )
-        wall = time.perf_counter() - began
-        if proc.returncode != 0:
-            raise SystemExit(f"recommend failed: {proc.stderr[-500:]}")
-        print(
-            f"\nCLI 'sharewise recommend --json' on {n_jobs} jobs, 4000 GPUs: {wall:.2f} s wall "
-            "(process start-up and imports included)"
-        )
 
 
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-root", type=Path, default=REPO.parent / "shared" / "data")
-    parser.add_argument("--jobs", type=int, default=10_000)
+    parser.add_argument("--jobs", type=int, default=100_000)
+    parser.add_argument("--gpus", type=int, default=50_000)
+    parser.add_argument("--cli-runs", type=int, default=5)
     args = parser.parse_args(argv)
     if not (args.data_root / "gavel").is_dir():
         raise SystemExit(f"public data not found under {args.data_root}; pass --data-root")
-    run(args.data_root, args.jobs)
+    run(args.data_root, args.jobs, args.gpus, args.cli_runs)
 
 
 if __name__ == "__main__":

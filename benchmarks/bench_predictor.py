@@ -26,6 +26,7 @@ import pandas as pd
 
 from sharewise.datasets import read_datasets
 from sharewise.datasets.store import Dataset, resolve_dataset_path
+from sharewise.datasets.synthetic import synthetic_tables
 from sharewise.predictor import SlowdownRegressor, cross_validate, ordered_rows, predict_pairs, train_model
 from sharewise.predictor.baselines import BASELINES
 from sharewise.predictor.evaluation import summarize
@@ -205,84 +206,6 @@ def bench_reference() -> None:
     rows = ordered_rows(profiles, pairs)
     summary = summarize(cross_validate(rows, group_by="workload"))
     _table("reference CPU dataset, --group-by workload (target MAPE <= 4%)", summary)
-
-
-GPU_LIKE_FEATURES = (
-    [
-        "f_flops_per_step",
-        "f_param_bytes",
-        "f_activation_bytes",
-        "f_arith_intensity",
-        "f_batch_size",
-        "f_ops_per_step_static",
-        "f_step_time_ms",
-        "f_achieved_flop_rate",
-        "f_busy_frac",
-        "f_launch_rate",
-        "f_kernels_per_step",
-        "f_kernel_mean_us",
-        "f_kernel_p95_us",
-        "f_kernel_p99_us",
-        "f_mem_peak_allocated_bytes",
-        "f_mem_peak_reserved_bytes",
-        "f_device_mem_bytes",
-        "f_nvml_sm_util_mean",
-        "f_nvml_sm_util_p95",
-        "f_nvml_mem_util_mean",
-        "f_nvml_mem_used_bytes_max",
-        "f_nvml_power_w_mean",
-        "f_nvml_sm_clock_mhz_mean",
-        "f_nvml_pcie_rx_mbps_mean",
-        "f_nvml_pcie_tx_mbps_mean",
-        "f_probe_slowdown",
-        "f_probe_pressure",
-    ]
-    + [f"f_opshare_{c}" for c in ("gemm_conv", "elementwise", "reduction", "normalization")]
-    + [f"f_opshare_{c}" for c in ("embedding", "data_movement", "optimizer", "other")]
-    + [f"f_timeshare_{c}" for c in ("gemm_conv", "elementwise", "reduction", "normalization")]
-    + [f"f_timeshare_{c}" for c in ("embedding", "data_movement", "optimizer", "other")]
-)
-
-
-def synthetic_tables(n_workloads: int, n_pairs: int, seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Profiles with a GPU-like feature set (43 f_* columns) and random measured pairs among them."""
-    rng = np.random.default_rng(seed)
-    names = [f"w{i}" for i in range(n_workloads)]
-    values = rng.lognormal(0, 1, (n_workloads, len(GPU_LIKE_FEATURES)))
-    profiles = pd.DataFrame(values, columns=GPU_LIKE_FEATURES)
-    profiles["f_busy_frac"] = rng.uniform(0.1, 1.0, n_workloads)
-    # The probe sensitivity is the model's offset (base margin): the default model's full prediction path.
-    profiles["f_probe_slowdown"] = rng.uniform(1.0, 2.5, n_workloads)
-    step = rng.lognormal(3, 1, n_workloads)
-    profiles = profiles.assign(
-        workload=names,
-        family=[f"fam{i % 20}" for i in range(n_workloads)],
-        batch_size=32,
-        device_kind="cuda",
-        device_name="gpu",
-        mode="timeslice",
-        host="h",
-        torch_version="2",
-        created_at="2024-01-01T00:00:00",
-        iter_time_ms=step,
-        throughput=1000.0 / step,
-    )
-    a = rng.integers(0, n_workloads, n_pairs)
-    b = rng.integers(0, n_workloads, n_pairs)
-    busy = profiles["f_busy_frac"].to_numpy()
-    sa = np.maximum(1.0, busy[a] + busy[b]) * rng.lognormal(0, 0.05, n_pairs)
-    sb = np.maximum(1.0, busy[a] + busy[b]) * rng.lognormal(0, 0.05, n_pairs)
-    pairs = pd.DataFrame(
-        {
-            "workload_a": np.array(names)[a],
-            "workload_b": np.array(names)[b],
-            "device_name": "gpu",
-            "slowdown_a": sa,
-            "slowdown_b": sb,
-            "status": "ok",
-        }
-    )
-    return profiles, pairs
 
 
 def _cv(values) -> float:

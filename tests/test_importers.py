@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import SHARED_DATA
 
 from sharewise.datasets.importers import IMPORTERS, get_importer
 from sharewise.datasets.importers import gavel as gavel_module
@@ -15,7 +15,6 @@ from sharewise.datasets.importers.generic_csv import import_csv
 from sharewise.datasets.store import Dataset
 from sharewise.errors import ConfigError, DatasetError, SchemaError
 
-SHARED_DATA = Path(__file__).parents[1].parent / "shared" / "data"
 GAVEL_FILE = SHARED_DATA / "gavel" / "simulation_throughputs.json"
 
 R18 = "('ResNet-18 (batch size 16)', 1)"

@@ -5,12 +5,13 @@ loaded the measured cores during the windows (or, for the tight pinned-core boun
 disagree), and skip with that reason rather than fail falsely.
 """
 
+import math
 import os
 import time
 
 import psutil
 import pytest
-from test_profiler_hostload import QUIET_LIMIT, load_problem, measure_quietly, quietest_core
+from loadguard import QUIET_LIMIT, clearly_above_one, load_problem, measure_quietly, quietest_core
 
 from sharewise.profiler.config import DISTURBANCE_LIMIT, RunConfig
 from sharewise.profiler.hostload import wait_until_idle
@@ -84,17 +85,29 @@ def _unsteady(row, max_ci):
 
 @pytest.mark.slow
 def test_cpu_pair_measures_real_interference(user_spec):
-    # Its bounds are wide: the profiler's own disturbance limit is quiet enough.
-    row = _quiet_pair(_task(user_spec, "TinyConv", "MatmulLoop"), FAST, "conv next to matmul", limit=DISTURBANCE_LIMIT)
+    """A compute-bound conv net sharing both cores with another busy process loses speed: on any machine.
+
+    How much depends on the machine (it lost about half on this VM when idle, and 4.71x once under host
+    steal that no quiet check saw), so the assertion is the property that holds everywhere: the slowdown is
+    measured, finite and above 1 by more than its own 95% half-width. Repeats that disagree by more than
+    ``UNSTEADY_CI`` make the attempt disturbed (retried, then skipped), not failed. (The tiny matmul loop can
+    even speed up next to a partner: its threads sleep between small ops when alone, OMP_WAIT_POLICY=PASSIVE;
+    so only its being measured is asserted.)
+    """
+    row = _quiet_pair(
+        _task(user_spec, "TinyConv", "MatmulLoop"), FAST, "conv next to matmul", limit=DISTURBANCE_LIMIT,
+        max_ci=UNSTEADY_CI,
+    )
     assert row["trials"] >= 3
-    # A compute-bound conv net sharing both cores with another busy process loses close to half its speed.
-    # (The tiny matmul loop can even speed up next to a partner: its threads sleep between small ops when
-    # alone, OMP_WAIT_POLICY=PASSIVE; so only its being measured is asserted.)
-    assert 1.3 < row["slowdown_a"] < 3.5
-    assert 0.3 < row["slowdown_b"] < 3.5
+    clearly_above_one(row["slowdown_a"], row["ci_a"], "conv's slowdown next to matmul")
+    assert math.isfinite(row["slowdown_b"]) and row["slowdown_b"] > 0 and math.isfinite(row["ci_b"])
     assert row["steps_a"] >= FAST.min_window_steps and row["steps_b"] >= FAST.min_window_steps
     assert row["solo_a"] > row["coloc_a"] and 0 <= row["other_cpu_frac"] < 1
     assert not _no_orphans()
+
+
+#: 95% half-width of a slowdown beyond which a pair run's repeats are taken to disagree (an unsteady machine).
+UNSTEADY_CI = 0.25
 
 
 #: What time-sharing one core costs beyond halving it (context switches, refetched caches, a VM's timer
@@ -108,18 +121,20 @@ def test_two_processes_pinned_to_one_core_halve_each_other(user_spec):
     """The robust fact: two 1-thread processes on one core each run at about half speed.
 
     The scheduler shares the core fairly, so the two normalized speeds are equal within a few percent and
-    add up to one core less the switching cost (``SWITCH_COST``), never more. Only while nothing else
-    runs: on this VM a busy other core alone moved a repeat's sum to 0.73-0.96, and its speed drifts with
-    load on its host that no process here shows (a spin loop ran at 4.4-8.1 M/s with zero steal time), so
-    the repeats must also agree (95% half-width within 3%) and the two processes must run alone at the same
-    speed. Warm workers: two process starts, then short repeats until the interval is narrow.
+    add up to one core less the switching cost (``SWITCH_COST`` here; the floor allows twice it), never more.
+    Only while nothing else runs: on this VM a busy other core alone moved a repeat's sum to 0.73-0.96, and its
+    speed drifts with load on its host that no process here shows (a spin loop ran at 4.4-8.1 M/s with zero
+    steal time), so the repeats must also agree (95% half-width within 3%) and the two processes must run
+    alone at the same speed. Warm workers: two process starts, then short repeats until the interval is narrow.
     """
     task = _task(user_spec, "MatmulLoop", "MatmulLoop")
     config = FAST.replace(window_s=0.4, max_repeats=8, isolation="warm")
     row = _quiet_pair(task, config, "two matmuls pinned to one core", pinned_to_one_core=True, max_ci=0.03)
     seen = {k: row[k] for k in ("slowdown_a", "slowdown_b", "solo_a", "solo_b", "trials", "ci_a", "other_cpu_frac")}
     total = 1 / row["slowdown_a"] + 1 / row["slowdown_b"]
-    assert 1.0 - SWITCH_COST <= total <= 1.06, seen
+    # Never more than the one core; the floor allows twice the switching cost this VM showed, so a machine
+    # whose switches cost more does not fail a quiet window.
+    assert 1.0 - 2 * SWITCH_COST <= total <= 1.06, seen
     assert 1 / row["slowdown_a"] == pytest.approx(total / 2, rel=0.12), seen
     assert 1 / row["slowdown_b"] == pytest.approx(total / 2, rel=0.12), seen
 
@@ -230,7 +245,9 @@ def test_cuda_timeslice_pair_synchronizes_and_measures(user_spec):
     row = measure_pair(_task(user_spec, "MatmulLoop", "MatmulLoop"), config, "gpu")
     assert row["status"] == "ok", row["error"]
     assert row["device_kind"] == "cuda" and row["device_name"] != "gpu"  # read from the device
-    assert row["slowdown_a"] > 1.2 and row["slowdown_b"] > 1.2  # two compute-bound jobs contend
+    # Two compute-bound jobs contend on any GPU: each slowdown is clearly above 1 (how far depends on the GPU).
+    clearly_above_one(row["slowdown_a"], row["ci_a"], "first matmul's slowdown")
+    clearly_above_one(row["slowdown_b"], row["ci_b"], "second matmul's slowdown")
 
 
 @pytest.mark.slow

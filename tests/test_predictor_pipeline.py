@@ -39,14 +39,37 @@ def _with_family_labels_scaled(pairs: pd.DataFrame, profiles: pd.DataFrame, fami
     return out
 
 
+@pytest.fixture(scope="module")
+def tuned(data):
+    """The nested (tuned) cross-validation of ``data`` by family, run once for the tests that need it, with the
+    groups each inner selection was shown: ``(CVResult, [set of groups, ...])``."""
+    profiles, pairs = data
+    rows = ordered_rows(profiles, pairs, features="all")
+    seen = []
+    real = evaluation_module.select_params
+
+    def spy(inner, group_by="family", **fixed):
+        self_g, partner_g = row_groups(inner.meta, group_by)
+        seen.append(set(self_g) | set(partner_g))
+        return real(inner, group_by, **fixed)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(evaluation_module, "select_params", spy)
+        cv = cross_validate(rows, group_by="family", tune=True, **FAST)
+    return cv, seen
+
+
 @pytest.mark.parametrize("tune", [False, True])
-def test_held_out_labels_never_move_held_out_predictions(data, tune):
+def test_held_out_labels_never_move_held_out_predictions(data, tune, request):
     profiles, pairs = data
     held = "fam1"
     runs = []
     for p in (pairs, _with_family_labels_scaled(pairs, profiles, held, 3.0)):
-        rows = ordered_rows(profiles, p, features="all")
-        cv = cross_validate(rows, group_by="family", tune=tune, **FAST)
+        if tune and p is pairs:  # the same nested cross-validation as the fixture's: run once
+            cv = request.getfixturevalue("tuned")[0]
+        else:
+            rows = ordered_rows(profiles, p, features="all")
+            cv = cross_validate(rows, group_by="family", tune=tune, **FAST)
         runs.append(cv.rows[cv.rows["group"] == held])
     before, after = runs
     np.testing.assert_allclose(before[["p10", "p50", "p90"]], after[["p10", "p50", "p90"]])
@@ -101,19 +124,8 @@ def test_partner_effect_of_a_held_out_partner_is_unknown(data):
         assert not held_workloads & {w for per in featurizer.partner_effects_.values() for w in per}
 
 
-def test_nested_selection_sees_only_the_training_groups(data, monkeypatch):
-    profiles, pairs = data
-    rows = ordered_rows(profiles, pairs, features="all")
-    seen = []
-    real = evaluation_module.select_params
-
-    def spy(inner, group_by="family", **fixed):
-        self_g, partner_g = row_groups(inner.meta, group_by)
-        seen.append(set(self_g) | set(partner_g))
-        return real(inner, group_by, **fixed)
-
-    monkeypatch.setattr(evaluation_module, "select_params", spy)
-    cv = cross_validate(rows, group_by="family", tune=True, **FAST)
+def test_nested_selection_sees_only_the_training_groups(tuned):
+    cv, seen = tuned
     assert [f["group"] for f in cv.folds] == ["fam0", "fam1", "fam2"]
     for fold, groups in zip(cv.folds, seen, strict=True):
         assert fold["group"] not in groups and len(groups) == 2

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from loadguard import LoadWindow, bound_if_quiet
 
 from sharewise.datasets.store import Dataset
 from sharewise.errors import DatasetError
@@ -63,11 +64,15 @@ def test_a_hang_is_killed_and_the_pair_measured_in_new_processes(user_spec, monk
     config = QUICK.replace(timeout_s=8)  # the hang costs one timeout
     with WorkerPool(config) as pool:
         began = time.monotonic()
-        row = measure_pair(_task(user_spec, "TinyMLP", "HangsOnce"), config, "cpu0", pool=pool)
+        with LoadWindow() as window:
+            row = measure_pair(_task(user_spec, "TinyMLP", "HangsOnce"), config, "cpu0", pool=pool)
         took = time.monotonic() - began
         assert row["status"] == "ok", row["error"]  # the restarted process does not hang
         assert row["trials"] >= config.repeats and pool.started == 4
-        assert took >= config.timeout_s * 0.9 and took < 3 * config.timeout_s + 20
+        assert took >= config.timeout_s * 0.9  # the hang was waited for: one timeout
+        # One timeout, not several: an elapsed-time bound, which process starts on a loaded machine can pass,
+        # so it holds only while others left at least half the machine.
+        bound_if_quiet(window, took < 3 * config.timeout_s + 20, f"the hang cost {took:.0f} s, one timeout", 0.5)
     assert not _live_children()
 
 

@@ -153,7 +153,7 @@ def _command_specs(queue: pd.DataFrame, cluster: pd.DataFrame | None) -> dict[st
 def _solve(config: RecommendConfig, strict: bool) -> _Solved:
     from sharewise.datasets.store import open_dataset
     from sharewise.predictor import SlowdownRegressor, predict_pairs
-    from sharewise.predictor.api import explain_pair, unseen_device_note
+    from sharewise.predictor.api import explain_pairs, unseen_device_note
     from sharewise.predictor.memory import memory_fit
 
     model = SlowdownRegressor.load(config.model)
@@ -207,22 +207,26 @@ def _solve(config: RecommendConfig, strict: bool) -> _Solved:
         max_slowdown=config.max_slowdown,
         method=config.method,
     )
-    explained: dict[tuple[str, str], dict] = {}
+    # The first ``max_explained`` distinct shared workload pairs, in placement order, explained together.
+    keys: dict[tuple[str, str], None] = {}
     for p in plan.placements:
-        if p["kind"] == "alone":
-            continue
-        key = (p["workloads"][0], p["workloads"][1])
-        if key not in explained and len(explained) < config.max_explained:
-            why = explain_pair(model, prof, key[0], key[1], device, top=config.top)
-            explained[key] = {
-                side: [
-                    {"feature": c["feature"], "contribution": round(c["contribution"], 4)}
-                    for c in why[side]["contributions"]
-                ]
-                for side in ("a", "b")
-            }
-        if key in explained:
-            p["why"] = explained[key]
+        if p["kind"] != "alone" and len(keys) < config.max_explained:
+            keys.setdefault((p["workloads"][0], p["workloads"][1]))
+    explained = {
+        key: {
+            side: [
+                {"feature": c["feature"], "contribution": round(c["contribution"], 4)}
+                for c in why[side]["contributions"]
+            ]
+            for side in ("a", "b")
+        }
+        for key, why in zip(keys, explain_pairs(model, prof, list(keys), device, top=config.top), strict=True)
+    }
+    for p in plan.placements:
+        if p["kind"] != "alone":
+            why = explained.get((p["workloads"][0], p["workloads"][1]))
+            if why is not None:
+                p["why"] = why
     shared = {(p["workloads"][0], p["workloads"][1]) for p in plan.placements if p["kind"] != "alone"}
     if len(shared) > len(explained):
         notes.append(

@@ -12,7 +12,7 @@ from sharewise.predictor.conformal import calibrate_rows
 from sharewise.predictor.featurizer import PairFeaturizer
 from sharewise.predictor.folds import row_groups
 from sharewise.predictor.model import OFFSET_TERM, SlowdownRegressor, three_quantiles
-from sharewise.predictor.pair_features import PairRows, base_columns, base_columns_of_model
+from sharewise.predictor.pair_features import SHARE_RATES, PairRows, base_columns, base_columns_of_model
 from sharewise.predictor.profile_join import ordered_rows, pair_indices
 from sharewise.predictor.shift import shift_log_quantiles
 
@@ -347,30 +347,71 @@ def explain_pair(
         the two together finishes more work than taking turns. Contributions are in log-slowdown units.
         ``note`` is ``unseen_device_note``'s line where the model has no training pair on the device.
     """
+    return explain_pairs(model, profiles, [(workload_a, workload_b)], device_name, top=top)[0]
+
+
+def explain_pairs(
+    model: SlowdownRegressor,
+    profiles: pd.DataFrame,
+    pairs: list[tuple[str, str]],
+    device_name: str,
+    top: int = 5,
+) -> list[dict]:
+    """Return ``explain_pair`` of every ``(workload_a, workload_b)`` in ``pairs``, in order, computed together.
+
+    One featurization and one XGBoost call serve all the pairs where that gives each pair's own answer: when
+    the model holds a reference scale of every share feature on ``device_name``. Elsewhere a pair's share
+    features are scaled by its own two profiles, so each pair is featurized alone, as ``explain_pair`` does.
+    """
     model._check_fitted()
-    pair = pd.DataFrame({"workload_a": [workload_a], "workload_b": [workload_b], "device_name": device_name})
-    rows = model_rows(model, profiles, pair)
+    if not pairs:
+        return []
+    if not _reference_covers(model.get_featurizer(), device_name):
+        return [_explain_batch(model, profiles, [pair], device_name, top)[0] for pair in pairs]
+    return _explain_batch(model, profiles, pairs, device_name, top)
+
+
+def _reference_covers(featurizer: PairFeaturizer, device_name: str) -> bool:
+    """Whether the featurizer's share features on ``device_name`` scale by a fitted reference (not by the
+    profiles at hand), so featurizing pairs together gives each pair the features it gets alone."""
+    reference = getattr(featurizer, "device_reference_", None)
+    return reference is not None and all(str(device_name) in reference.get(rate, {}) for rate in SHARE_RATES)
+
+
+def _explain_batch(model, profiles, pairs, device_name, top) -> list[dict]:
+    frame = pd.DataFrame(
+        {"workload_a": [a for a, _ in pairs], "workload_b": [b for _, b in pairs], "device_name": device_name}
+    )
+    rows = model_rows(model, profiles, frame)
     q = model.predict_quantiles(rows.X, devices=rows.meta["device_name"].to_numpy())
     q = np.exp(shift_log_quantiles(model, np.log(three_quantiles(q)), rows.meta))
-    out: dict = {"device_name": device_name, "note": unseen_device_note(model, [device_name])}
-    for side, i, (me, other) in (("a", 0, (workload_a, workload_b)), ("b", 1, (workload_b, workload_a))):
-        contrib = model.explain(rows.X.iloc[[i]])
-        bias = float(contrib.pop("bias"))
-        values = rows.X.iloc[i]
-        out[side] = {
-            "workload": me,
-            "partner": other,
-            "p10": float(q[i, 0]),
-            "p50": float(q[i, 1]),
-            "p90": float(q[i, 2]),
-            "bias": bias,
-            "contributions": [
-                {"feature": str(name), "value": float(values[_feature_of(name)]), "contribution": float(c)}
-                for name, c in contrib.head(max(int(top), 0)).items()
-            ],
-        }
-    out["speed_sum"] = 1.0 / out["a"]["p50"] + 1.0 / out["b"]["p50"]
-    out["sharing_worth_it"] = bool(out["speed_sum"] > 1.0)
+    contributions = model.explain_rows(rows.X)
+    note = unseen_device_note(model, [device_name])
+    n = len(pairs)
+    out = []
+    for k, (workload_a, workload_b) in enumerate(pairs):
+        one: dict = {"device_name": device_name, "note": note}
+        # Direction 0 of pair k is row k, direction 1 is row n + k (``ordered_rows``).
+        for side, i, (me, other) in (("a", k, (workload_a, workload_b)), ("b", n + k, (workload_b, workload_a))):
+            contrib = contributions.iloc[i].rename(None)
+            contrib = contrib.reindex(contrib.abs().sort_values(ascending=False, kind="stable").index)
+            bias = float(contrib.pop("bias"))
+            values = rows.X.iloc[i]
+            one[side] = {
+                "workload": me,
+                "partner": other,
+                "p10": float(q[i, 0]),
+                "p50": float(q[i, 1]),
+                "p90": float(q[i, 2]),
+                "bias": bias,
+                "contributions": [
+                    {"feature": str(name), "value": float(values[_feature_of(name)]), "contribution": float(c)}
+                    for name, c in contrib.head(max(int(top), 0)).items()
+                ],
+            }
+        one["speed_sum"] = 1.0 / one["a"]["p50"] + 1.0 / one["b"]["p50"]
+        one["sharing_worth_it"] = bool(one["speed_sum"] > 1.0)
+        out.append(one)
     return out
 
 

@@ -378,10 +378,19 @@ class SlowdownRegressor(Params):
             bias                    0.45
             ...
         """
-        xgb = _xgboost()
         data = self._validated(X_row)
         if data.shape[0] != 1:
             raise ConfigError(f"explain() takes one row, got {data.shape[0]}; select the row to explain")
+        series = self._contributions(data).iloc[0].rename(None)
+        return series.reindex(series.abs().sort_values(ascending=False, kind="stable").index)
+
+    def explain_rows(self, X) -> pd.DataFrame:
+        """Return ``explain``'s contributions of every row of ``X`` at once, one row each, terms as columns in
+        model order (features, ``bias``, then the offset term if any): one XGBoost call for many rows."""
+        return self._contributions(self._validated(X))
+
+    def _contributions(self, data: np.ndarray) -> pd.DataFrame:
+        xgb = _xgboost()
         offset, margin = self._offset(data)
         contribs = self.booster_.predict(
             xgb.DMatrix(data, feature_names=list(self.feature_names_in_), base_margin=margin),
@@ -391,19 +400,18 @@ class SlowdownRegressor(Params):
         contribs = np.asarray(contribs)
         if contribs.ndim == 3:  # (rows, outputs, features + 1): keep the median head
             contribs = contribs[:, int(np.argmin(np.abs(self.quantiles_ - 0.5))), :]
-        values = np.asarray(contribs[0], dtype=np.float64)
+        values = np.array(contribs, dtype=np.float64).reshape(data.shape[0], -1)
         index = [*self.feature_names_in_, "bias"]
         if offset is not None:  # the offset's log arrives inside the bias: show it as its own term
-            values[-1] -= offset[0]
+            values[:, -1] -= offset
         w = float(self.prior_weight)
         if w > 0:  # the pull toward the prior scales the trees' contributions and moves the bias
             values = (1.0 - w) * values
-            values[-1] += w * self.prior_
+            values[:, -1] += w * self.prior_
         if offset is not None:
-            values = np.append(values, offset[0])
+            values = np.column_stack([values, offset])
             index.append(OFFSET_TERM + str(self.offset_feature))
-        series = pd.Series(values, index=index, dtype=np.float64)
-        return series.reindex(series.abs().sort_values(ascending=False, kind="stable").index)
+        return pd.DataFrame(values, columns=index, dtype=np.float64)
 
     # ---- persistence ---------------------------------------------------------------------------------
     def save(self, path: str | os.PathLike) -> Path:
