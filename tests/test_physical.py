@@ -4,8 +4,8 @@ hand.
 
 The job processes run ``tests/fixtures/physical_workloads.py``: a step sleeps 10 ms, so a job's length is
 known by hand and a busy machine stretches it little. What a busy machine can still stretch (a process start,
-a policy's timing) is measured in the window: a test whose expectation fails while foreign load was high
-skips with that reason instead of failing.
+a policy's timing) is measured in the window (``tests/loadguard.py``): a test whose timing expectation fails
+while foreign load was high skips with that reason instead of failing.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from loadguard import LoadWindow
 
 from sharewise.datasets.store import Dataset, utc_now
 from sharewise.datasets.traces import TraceContext
@@ -35,6 +36,9 @@ from sharewise.policy.table import SlowdownTable
 from sharewise.runtime.world import Segment, Sitting
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "physical_workloads.py"
+#: Foreign load above which a failed timing expectation is the machine's, not the code's: the jobs step by
+#: sleeping, so only start-ups and the polling stretch under load, and only a heavy load reorders them.
+BUSY = 0.25
 SLEEP = f"{FIXTURE}:SleepStep"
 CRASH = f"{FIXTURE}:CrashAfter"
 
@@ -171,41 +175,26 @@ def _trace(tmp_path, rows: list[tuple[str, float, str, int]], name: str = "jobs.
     return path
 
 
-def _sharewise(*args, timeout: float = 240) -> subprocess.CompletedProcess:
+def _measured(*args, timeout: float = 240) -> tuple[subprocess.CompletedProcess, LoadWindow]:
+    """Run the CLI with ``args`` and the foreign CPU load of its window (its own jobs are its children)."""
     env = {**os.environ, "COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-m", "sharewise", *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, env=env)
+    proc = subprocess.Popen([sys.executable, "-m", "sharewise", *map(str, args)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    with LoadWindow([proc.pid]) as window:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.terminate()  # SIGTERM: the run stops its jobs (and a local Ray) before it exits
+            out, err = proc.communicate(timeout=60)
+            pytest.fail(f"sharewise {args[0]} did not end within {timeout:.0f} s:\n{err[-3000:]}")
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err), window
 
 
-class Load:
-    """Foreign CPU load during a test's window (the share of the machine used by processes not ours)."""
-
-    def __enter__(self):
-        from sharewise.profiler.hostload import host_busy_seconds
-
-        self._busy = host_busy_seconds()
-        self._t = time.monotonic()
-        self._own = _own_cpu()
-        return self
-
-    def __exit__(self, *exc):
-        from sharewise.profiler.hostload import host_busy_seconds
-
-        wall = time.monotonic() - self._t
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-        foreign = (host_busy_seconds() - self._busy) - (_own_cpu() - self._own)
-        self.share = max(0.0, foreign / (wall * cores)) if wall > 0 else 0.0
-
-
-def _own_cpu() -> float:
-    """CPU seconds of this test process and every child it ever waited for."""
-    t = os.times()
-    return t.user + t.system + t.children_user + t.children_system
-
-
-def _skip_if_busy(load: Load, what: str) -> None:
-    if load.share > 0.25:
-        pytest.skip(f"{what}; other processes used {load.share:.0%} of the machine during the run")
+def _skip_if_busy(window: LoadWindow, what: str) -> None:
+    """An expectation about timing failed: skip, saying why, when other processes loaded the machine."""
+    problem = window.problem(limit=BUSY)
+    if problem is not None:
+        pytest.skip(f"{what}; {problem}")
 
 
 def _jobs(run_json: Path) -> dict[str, dict]:
@@ -225,9 +214,8 @@ def test_exclusive_sjf_runs_jobs_one_at_a_time_shortest_first(tmp_path, device_n
     By hand: a, then b (shorter), then c; never two at once; every step reported."""
     data = _dataset(tmp_path, device_name)
     trace = _trace(tmp_path, [("a", 0, SLEEP, 40), ("c", 0.3, SLEEP, 20), ("b", 0.6, SLEEP, 10)])
-    with Load() as load:
-        proc = _sharewise("run", trace, "--data", data, "--oracle", "--policy", "exclusive-sjf", "--calibrate", "1",
-                          "--out", tmp_path / "run")
+    proc, load = _measured("run", trace, "--data", data, "--oracle", "--policy", "exclusive-sjf", "--calibrate", "1",
+                           "--out", tmp_path / "run")
     assert proc.returncode == 0, proc.stderr[-3000:]
     jobs = _jobs(tmp_path / "run" / "exclusive-sjf" / "run.json")
     order = sorted(jobs, key=lambda j: jobs[j]["finish"])
@@ -258,9 +246,8 @@ def test_sharewise_pauses_a_long_job_for_a_short_one_and_resumes_it_where_it_was
         "trials": 1, "cv_a": 0.0, "cv_b": 0.0, "status": "ok", "error": "", "created_at": utc_now(),
     }]))
     trace = _trace(tmp_path, [("long", 0, SLEEP, 1500), ("short", 4.0, SLEEP, 20)])
-    with Load() as load:
-        proc = _sharewise("run", trace, "--data", data, "--oracle", "--policy", "sharewise", "--calibrate", "1",
-                          "--out", tmp_path / "run")
+    proc, load = _measured("run", trace, "--data", data, "--oracle", "--policy", "sharewise", "--calibrate", "1",
+                           "--out", tmp_path / "run")
     assert proc.returncode == 0, proc.stderr[-3000:]
     jobs = _jobs(tmp_path / "run" / "sharewise" / "run.json")
     events = [(e["event"], e.get("step")) for e in jobs["long"]["events"]]
@@ -288,8 +275,8 @@ def test_jobs_that_share_a_slot_are_measured_and_written_as_observed_pairs(tmp_p
     command = f'"infer=cmd:{sys.executable} {FIXTURE.parent / "infer_loop.py"} --batch-size 4"'
     trace = _trace(tmp_path, [("x", 0, SLEEP, 600), ("y", 0.2, SLEEP, 600), ("z", 0.4, CRASH, 50),
                               ("w", 0.6, command, 40)])
-    proc = _sharewise("run", trace, "--data", data, "--oracle", "--policy", "sjf-ffs", "--calibrate", "1",
-                      "--out", tmp_path / "run", "--json")
+    proc, _ = _measured("run", trace, "--data", data, "--oracle", "--policy", "sjf-ffs", "--calibrate", "1",
+                        "--out", tmp_path / "run", "--json")
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads(proc.stdout)
     jobs = {j["job_id"]: j for j in summary["runs"]["sjf-ffs"]["jobs"]}
@@ -340,8 +327,8 @@ def test_a_stopped_run_resumes_keeping_finished_jobs(tmp_path, device_name):
     before = json.loads(state.read_text())
     done_steps = before["world"]["jobs"][1]["steps"]
     assert 0 < done_steps < 3000
-    again = _sharewise("run", trace, "--data", data, "--oracle", "--policy", "exclusive-sjf", "--calibrate", "1",
-                       "--out", out)
+    again, _ = _measured("run", trace, "--data", data, "--oracle", "--policy", "exclusive-sjf", "--calibrate", "1",
+                         "--out", out)
     assert again.returncode == 0, again.stderr[-3000:]
     jobs = _jobs(out / "exclusive-sjf" / "run.json")
     assert jobs["first"]["finish"] == pytest.approx(before["loop"]["finish"][0], abs=1e-3)
@@ -355,9 +342,8 @@ def test_a_ray_run_places_each_job_as_an_actor_on_its_slot(tmp_path, device_name
     pytest.importorskip("ray", reason="Ray is an optional extra (pip install 'sharewise[ray]')")
     data = _dataset(tmp_path, device_name)
     trace = _trace(tmp_path, [("a", 0, SLEEP, 40), ("c", 0.3, SLEEP, 20), ("b", 0.6, SLEEP, 10)])
-    with Load() as load:
-        proc = _sharewise("run", trace, "--data", data, "--oracle", "--policy", "exclusive-sjf", "--calibrate", "1",
-                          "--executor", "ray", "--out", tmp_path / "run", timeout=300)
+    proc, load = _measured("run", trace, "--data", data, "--oracle", "--policy", "exclusive-sjf", "--calibrate", "1",
+                           "--executor", "ray", "--out", tmp_path / "run", timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     jobs = _jobs(tmp_path / "run" / "exclusive-sjf" / "run.json")
     order = sorted(jobs, key=lambda j: jobs[j]["finish"])
