@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from sharewise.app.simulate import SimulationConfig, check_run_options, policy_view
 from sharewise.datasets.store import open_dataset, write_json_atomic
 from sharewise.datasets.traces import AUTO, Trace, TraceContext, load_trace
 from sharewise.errors import ConfigError, DatasetError, TraceError
@@ -68,18 +69,13 @@ class PhysicalConfig:
             raise ConfigError("give at least one policy (--policy NAME)")
         if len(set(self.policies)) != len(self.policies):
             raise ConfigError(f"a policy is listed twice: {list(self.policies)}")
-        if not (math.isfinite(self.max_slowdown) and self.max_slowdown >= 1.0):
-            raise ConfigError(f"--max-slowdown must be a number >= 1.0, got {self.max_slowdown}")
-        if sum(bool(x) for x in (self.oracle, self.predictions, self.model)) > 1:
-            raise ConfigError("choose at most one of --oracle, --predictions and --model")
+        check_run_options(self)
         if self.calibrate_s < 0 or not math.isfinite(self.calibrate_s):
             raise ConfigError(f"--calibrate must be a number of seconds >= 0, got {self.calibrate_s}")
         if self.executor not in ("local", "ray"):
             raise ConfigError(f"--executor must be 'local' or 'ray', got {self.executor!r}")
         if self.address and self.executor != "ray":
             raise ConfigError("--address is the Ray cluster to run on; add --executor ray")
-        if self.round_s is not None and not (math.isfinite(self.round_s) and self.round_s > 0):
-            raise ConfigError(f"--round-s must be a positive number of seconds, got {self.round_s}")
 
 
 @dataclass
@@ -207,12 +203,10 @@ def _memory_rule(prof: pd.DataFrame, names: list[str], lay: Layout) -> tuple[np.
 
 def _view(config: PhysicalConfig, profiles, pairs, truth: SlowdownTable, device: str) -> tuple[SlowdownTable, str]:
     """The policies' table, as ``simulate`` makes it (the same options and default)."""
-    from sharewise.app.simulate import SimulationConfig, _policy_view
-
     sim = SimulationConfig(trace=config.trace, data=config.data, oracle=config.oracle,
                            predictions=config.predictions, model=config.model, group_by=config.group_by,
                            max_slowdown=config.max_slowdown)
-    view, note = _policy_view(sim, profiles, pairs, truth, device)
+    view, note = policy_view(sim, profiles, pairs, truth, device)
     if view is None:
         return truth, note
     return view.aligned(truth.workloads).restricted(truth.allowed), note

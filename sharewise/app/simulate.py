@@ -81,14 +81,20 @@ class SimulationConfig:
             raise ConfigError(
                 f"trace format must be one of {[AUTO, *TRACE_FORMATS.names()]}, got {self.trace_format!r}"
             )
-        if not (math.isfinite(self.max_slowdown) and self.max_slowdown >= 1.0):
-            raise ConfigError(f"--max-slowdown must be a number >= 1.0, got {self.max_slowdown}")
         if self.max_jobs is not None and self.max_jobs < 1:
             raise ConfigError(f"--max-jobs must be >= 1, got {self.max_jobs}")
-        if sum(bool(x) for x in (self.oracle, self.predictions, self.model)) > 1:
-            raise ConfigError("choose at most one of --oracle, --predictions and --model")
-        if self.round_s is not None and not (math.isfinite(self.round_s) and self.round_s > 0):
-            raise ConfigError(f"--round-s must be a positive number of seconds, got {self.round_s}")
+        check_run_options(self)
+
+
+def check_run_options(config) -> None:
+    """The checks ``simulate`` and ``run`` share: the SLO, at most one source of the policies' view, rounds.
+    ``config`` has ``max_slowdown``, ``oracle``, ``predictions``, ``model`` and ``round_s``."""
+    if not (math.isfinite(config.max_slowdown) and config.max_slowdown >= 1.0):
+        raise ConfigError(f"--max-slowdown must be a number >= 1.0, got {config.max_slowdown}")
+    if sum(bool(x) for x in (config.oracle, config.predictions, config.model)) > 1:
+        raise ConfigError("choose at most one of --oracle, --predictions and --model")
+    if config.round_s is not None and not (math.isfinite(config.round_s) and config.round_s > 0):
+        raise ConfigError(f"--round-s must be a positive number of seconds, got {config.round_s}")
 
 
 @dataclass
@@ -152,7 +158,7 @@ def prepare(config: SimulationConfig) -> SimulationInputs:
     trace = _load_trace(config, profiles, truth, device)
     notes.extend(trace.notes)
     cluster = _cluster(config, trace, notes)
-    view, view_note = _policy_view(config, profiles, pairs, truth, device)
+    view, view_note = policy_view(config, profiles, pairs, truth, device)
     notes.append(view_note)
     observe = config.observe and view is not None
     if observe:
@@ -337,13 +343,16 @@ def pm_score_speeds(data: str, n_gpus: int) -> tuple[float, ...]:
     return tuple(float(values[g % values.shape[0]]) for g in range(n_gpus))
 
 
-def _policy_view(
+def policy_view(
     config: SimulationConfig,
     profiles: pd.DataFrame,
     pairs: pd.DataFrame,
     truth: SlowdownTable,
     device: str,
 ) -> tuple[SlowdownTable | None, str]:
+    """The table the policies see and a note saying what it is: ``None`` for the truth (``oracle``), else the
+    predictions of ``config.predictions`` or ``config.model``, or out-of-fold predictions with calibrated
+    intervals (the default); ``simulate`` and ``run`` both take their view from here."""
     if config.oracle:
         return None, "Oracle: policies see the measured slowdowns."
     if config.predictions:

@@ -216,30 +216,43 @@ def _die_with_parent() -> None:
         pass
 
 
+def pin(cores) -> None:
+    """Pin this process to ``cores`` (nothing where none are given or the OS cannot)."""
+    if cores and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, set(cores))
+
+
+def build(spec: dict):
+    """Set torch's threads and device from ``spec`` and build its workload there; return ``(workload, device,
+    sync)``, ``sync`` the device synchronization to call after a step (a no-op on the CPU). Shared by the
+    warm worker and the physical run's job runner, so a job runs exactly as its workload was measured."""
+    import torch
+
+    from sharewise.profiler.workloads import load_workload_class
+
+    torch.set_num_threads(int(spec["threads"]))
+    device = torch.device(spec["device"])
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    cls = load_workload_class(spec["spec"])
+    workload = cls(batch_size=spec.get("batch_size"), size=spec.get("size", "small"))
+    workload.build(device)
+    return workload, device, _synchronizer(device)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     _die_with_parent()
     if os.getppid() == 1:  # driver died before prctl took effect
         return 1
     spec = json.loads(argv[0])
-    cores = spec.get("cores")
-    if cores and hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, set(cores))
+    pin(spec.get("cores"))
     chan = _Channel()
     workload = None
     try:
         import torch
 
-        torch.set_num_threads(int(spec["threads"]))
-        device = torch.device(spec["device"])
-        if device.type == "cuda":
-            torch.cuda.set_device(device)
-        from sharewise.profiler.workloads import load_workload_class
-
-        cls = load_workload_class(spec["spec"])
-        workload = cls(batch_size=spec.get("batch_size"), size=spec.get("size", "small"))
-        workload.build(device)
-        sync = _synchronizer(device)
+        workload, device, sync = build(spec)
         warm = warm_up(
             workload, sync, int(spec["warmup_steps"]), float(spec["warmup_max_s"]), float(spec["tolerance"])
         )

@@ -21,7 +21,8 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-from sharewise.errors import ConfigError, MissingDependencyError
+from sharewise.errors import ConfigError
+from sharewise.profiler.executors.ray import _import_ray
 from sharewise.runtime.jobs import Exit, JobSpec
 from sharewise.runtime.slots import Layout
 
@@ -29,16 +30,6 @@ SLOT_RESOURCE = "sharewise_slot_{}"
 #: Seconds Ray may take to place and start a job's actor before the run gives up with the reason.
 PLACE_TIMEOUT_S = 120.0
 _SLOT = re.compile(r"^sharewise_slot_(\d+)$")
-
-
-def _import_ray():
-    try:
-        import ray
-    except ImportError:
-        raise MissingDependencyError(
-            "--executor ray needs Ray, which is not installed; install it with: pip install 'sharewise[ray]'"
-        ) from None
-    return ray
 
 
 class JobActor:

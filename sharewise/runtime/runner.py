@@ -23,27 +23,15 @@ FAILURE_MARK = "sharewise-job: "
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    from sharewise.profiler.worker import _die_with_parent, _is_oom, _synchronizer
+    from sharewise.profiler.worker import _die_with_parent, _is_oom, build, pin
 
     _die_with_parent()
     spec = json.loads(argv[0])
-    cores = spec.get("cores")
-    if cores and hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, set(cores))
+    pin(spec.get("cores"))
     try:
-        import torch
-
         from sharewise.profiler.progress import ENV_MAX_STEPS, ProgressWriter
-        from sharewise.profiler.workloads import load_workload_class
 
-        torch.set_num_threads(int(spec["threads"]))
-        device = torch.device(spec["device"])
-        if device.type == "cuda":
-            torch.cuda.set_device(device)
-        cls = load_workload_class(spec["spec"])
-        workload = cls(batch_size=spec.get("batch_size"), size=spec.get("size", "small"))
-        workload.build(device)
-        sync = _synchronizer(device)
+        workload, _, sync = build(spec)
         target = int(os.environ[ENV_MAX_STEPS])
         writer = ProgressWriter.from_env()
         if writer is None:
