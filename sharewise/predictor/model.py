@@ -378,15 +378,15 @@ class SlowdownRegressor(Params):
             bias                    0.45
             ...
         """
-        data = self._validated(X_row)
-        if data.shape[0] != 1:
-            raise ConfigError(f"explain() takes one row, got {data.shape[0]}; select the row to explain")
-        series = self._contributions(data).iloc[0].rename(None)
+        rows = self.explain_rows(X_row)
+        if rows.shape[0] != 1:
+            raise ConfigError(f"explain() takes one row, got {rows.shape[0]}; select the row to explain")
+        series = rows.iloc[0].rename(None)
         return series.reindex(series.abs().sort_values(ascending=False, kind="stable").index)
 
     def explain_rows(self, X) -> pd.DataFrame:
-        """Return ``explain``'s contributions of every row of ``X`` at once, one row each, terms as columns in
-        model order (features, ``bias``, then the offset term if any): one XGBoost call for many rows."""
+        """Return ``explain``'s contributions of every row of ``X`` at once (terms as columns in model order:
+        features, ``bias``, then the offset term if any): one XGBoost call for many rows."""
         return self._contributions(self._validated(X))
 
     def _contributions(self, data: np.ndarray) -> pd.DataFrame:
