@@ -148,7 +148,8 @@ def summarize_reprofiles(results: list[dict]) -> None:
 def remeasure_pairs(data: str, n_pairs: int, seed: int, out: str | None) -> None:
     from sharewise.datasets.store import open_dataset, resolve_dataset_path
     from sharewise.profiler.config import RunConfig
-    from sharewise.profiler.pair import PairTask, measure_pair
+    from sharewise.profiler.executors.local import LocalExecutor
+    from sharewise.profiler.pair import PairTask
 
     pairs = open_dataset(resolve_dataset_path(data)).read_pairs()
     pairs = pairs[(pairs["status"] == "ok") & (pairs["device_kind"] == "cpu")].reset_index(drop=True)
@@ -163,7 +164,8 @@ def remeasure_pairs(data: str, n_pairs: int, seed: int, out: str | None) -> None
         config = RunConfig(mode=str(old["mode"]), size=str(old.get("size", "small")), window_s=window, features=False)
         a, b = str(old["workload_a"]), str(old["workload_b"])
         began = time.monotonic()
-        row = measure_pair(PairTask(a, b, a, b), config, str(old["device_name"]))
+        with LocalExecutor(config, str(old["device_name"])) as executor:
+            row = executor.run(PairTask(a, b, a, b)).row
         took = time.monotonic() - began
         if row["status"] != "ok":
             print(f"{a + '|' + b:28s} {row['status']}: {row['error']}")

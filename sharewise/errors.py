@@ -66,3 +66,4 @@ class ProfileFailed(SharewiseError, RuntimeError):
     def __init__(self, status: str, error: str) -> None:
         super().__init__(f"profiling failed ({status}): {error}")
         self.status = status
+        self.error = error

@@ -14,6 +14,7 @@ import pytest
 from loadguard import QUIET_LIMIT, clearly_above_one, load_problem, measure_quietly, quietest_core
 
 from sharewise.profiler.config import DISTURBANCE_LIMIT, RunConfig
+from sharewise.profiler.executors.local import LocalExecutor
 from sharewise.profiler.hostload import wait_until_idle
 from sharewise.profiler.modes import CoreAssignment, placements
 from sharewise.profiler.pair import PairTask, aggregate, ci_halfwidth, cv, measure_pair, precise_enough
@@ -59,7 +60,8 @@ def _quiet_pair(task, config, what, pinned_to_one_core=False, limit=QUIET_LIMIT,
         if pinned_to_one_core:
             core, _ = quietest_core()
             pinned = [CoreAssignment((core,), 1), CoreAssignment((core,), 1)]
-        row = measure_pair(task, config, "cpu0", pinned=pinned)
+        with LocalExecutor(config, "cpu0") as executor:
+            row = measure_pair(task, config, "cpu0", executor.pool, pinned=pinned)
         assert row["status"] == "ok", row["error"]
         unsteady = _unsteady(row, max_ci) if max_ci is not None else None
         return row, load_problem(row["other_cpu_frac"], limit) or unsteady
@@ -176,7 +178,8 @@ def test_misbehaving_workload_is_recorded_and_partner_stopped(user_spec, monkeyp
         monkeypatch.setenv(k, v)
     # Room for a worker start-up on a busy machine.
     config = FAST.replace(timeout_s=30, warmup_max_s=5, isolation="fresh")
-    row = measure_pair(_task(user_spec, "TinyMLP", bad), config, "cpu0")
+    with LocalExecutor(config, "cpu0") as executor:
+        row = executor.run(_task(user_spec, "TinyMLP", bad)).row
     assert row["status"] == status, row["error"]
     assert text in row["error"]
     assert row["trials"] == 0
@@ -242,7 +245,8 @@ def test_summarize_window_uses_the_one_percentile():
 @pytest.mark.gpu
 def test_cuda_timeslice_pair_synchronizes_and_measures(user_spec):
     config = FAST.replace(device="cuda:0", mode="timeslice")
-    row = measure_pair(_task(user_spec, "MatmulLoop", "MatmulLoop"), config, "gpu")
+    with LocalExecutor(config, "gpu") as executor:
+        row = executor.run(_task(user_spec, "MatmulLoop", "MatmulLoop")).row
     assert row["status"] == "ok", row["error"]
     assert row["device_kind"] == "cuda" and row["device_name"] != "gpu"  # read from the device
     # Two compute-bound jobs contend on any GPU: each slowdown is clearly above 1 (how far depends on the GPU).

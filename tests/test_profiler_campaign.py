@@ -56,6 +56,7 @@ import math  # noqa: E402
 
 from sharewise.datasets.store import Dataset  # noqa: E402
 from sharewise.datasets.summary import dataset_overview, slowdown_matrix  # noqa: E402
+from sharewise.profiler.budget import BudgetPicker  # noqa: E402
 from sharewise.profiler.campaign import run_campaign  # noqa: E402
 from sharewise.profiler.executors.local import LocalExecutor  # noqa: E402
 from sharewise.profiler.probe import CPU_SHAPE, cuda_shape  # noqa: E402
@@ -109,13 +110,13 @@ def test_a_budget_measures_k_suggested_pairs_per_new_workload_then_stops(user_sp
     ds.write_pairs(pairs)
     model = train_model(profiles, pairs, n_estimators=10, min_child_weight=1)
     specs = [user_spec(c) for c in ("TinyMLP", "TinyConv", "TinyEmbed")]
-    summary = run_campaign(specs, TINY, ds, budget=1, model=model)
+    summary = run_campaign(specs, TINY, ds, picker=BudgetPicker(1, model))
     assert summary.total == 1 and summary.measured == 1 and summary.by_status == {"ok": 1}
     new = ds.read_pairs()
     new = new[(new["workload_a"] == "tiny_embed") | (new["workload_b"] == "tiny_embed")]
     assert len(new) == 1 and set(new["workload_b"]) <= {"tiny_mlp", "tiny_conv"}
     # Now every listed workload has a pair: nothing is new, nothing is measured.
-    assert run_campaign(specs, TINY, ds, budget=1, model=model).measured == 0
+    assert run_campaign(specs, TINY, ds, picker=BudgetPicker(1, model)).measured == 0
 
 
 def test_a_budget_without_a_model_fails_before_anything_runs(user_spec, tmp_path):

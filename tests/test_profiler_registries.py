@@ -80,7 +80,7 @@ def test_executor_factory_binds_the_options_and_fails_early():
     assert factory.func is EXECUTORS.get("local") and factory.keywords == {"options": ExecutorOptions()}
     executor = factory(RunConfig(), "cpu0", None)
     assert executor.name == "local" and executor.spans_nodes is False
-    assert list(executor.run([])) == []
+    assert executor.busy == 0 and executor.has_room()
     executor.close()
     with pytest.raises(ConfigError, match="--address is for --executor ray"):
         executor_factory("local", address="head:6379")
@@ -95,7 +95,9 @@ def test_every_executor_takes_the_one_constructor_signature():
         params = list(inspect.signature(cls).parameters)
         assert params == ["config", "device_name", "extra_env", "options"], name
         assert cls.name == name and isinstance(cls.spans_nodes, bool)
-        assert callable(cls.check) and callable(cls.run) and callable(cls.close)
+        for method in ("check", "has_room", "submit", "next_finished", "close"):
+            assert callable(getattr(cls, method)), (name, method)
+        assert isinstance(cls.busy, property), name
 
 
 def test_ray_executor_without_ray_gives_the_install_hint(monkeypatch):

@@ -176,6 +176,61 @@ def test_ray_campaign_gives_the_same_rows_as_local(ray_cluster, tmp_path):
 
 
 @pytest.mark.slow
+def test_a_ray_campaign_profiles_on_the_nodes_that_measure_its_pairs(ray_cluster, tmp_path):
+    """Profiles are Ray tasks like pairs: they carry the node's device name, so profiles and pairs join."""
+    cores = os.sched_getaffinity(0)
+    watch = PairWorkerWatch()
+    watch.start()
+    try:
+        if len(cores) > 1:
+            os.sched_setaffinity(0, {min(cores)})
+        driver_name = device_name("cpu")
+        summary = run_campaign(THREE[:2], FAST, tmp_path, executor_factory=executor_factory("ray"))
+        # Resuming finds the profiles under the node's name, as it finds the pairs.
+        rerun = run_campaign(THREE[:2], FAST, tmp_path, executor_factory=executor_factory("ray"))
+    finally:
+        os.sched_setaffinity(0, cores)
+        watch.stop()
+
+    assert summary.profiled == 2 and summary.measured == 3 and not summary.failures, summary.failures
+    assert (rerun.profiled, rerun.measured, rerun.skipped) == (0, 0, 3)
+    profiles, pairs = Dataset(tmp_path).read_profiles(latest=False), Dataset(tmp_path).read_pairs(latest=False)
+    assert sorted(profiles["workload"]) == ["tiny_conv", "tiny_mlp"]
+    node_names = set(pairs["device_name"])
+    assert set(profiles["device_name"]) == node_names and len(node_names) == 1
+    if len(cores) > 1:
+        assert driver_name not in node_names, "the profile ran on the driver, not on a node"
+    # Every worker process ran under a Ray worker. Per workload: its profile (one worker: no probe without
+    # features), its self-pair (two) and the mixed pair (one).
+    hosted = sorted(spec.rsplit(":", 1)[1] for _, spec, _ in watch.workers.values())
+    assert hosted == ["TinyConv"] * 4 + ["TinyMLP"] * 4, hosted
+
+
+@pytest.mark.slow
+def test_a_budget_on_ray_picks_each_pair_after_the_last_is_written(ray_cluster, tmp_path):
+    """Ray has room for every task, but the budget's plan gives the next pick only once the last is written:
+    two picks for one new workload are two different partners (a pick made before the first row was written
+    would take the same partner again)."""
+    from test_profiler_campaign import _literal
+
+    from sharewise.predictor import train_model
+    from sharewise.profiler.budget import BudgetPicker
+
+    names = ["tiny_mlp", "tiny_conv", "tiny_embed"]
+    profiles, pairs = _literal(names, device_name("cpu"), with_pairs=names[:2])
+    ds = Dataset(tmp_path)
+    ds.write_profiles(profiles)
+    ds.write_pairs(pairs)
+    model = train_model(profiles, pairs, n_estimators=10, min_child_weight=1)
+    config = FAST.replace(features=True, probe=False)
+    summary = run_campaign(THREE, config, ds, executor_factory=executor_factory("ray"), picker=BudgetPicker(2, model))
+    assert summary.total == 2 and summary.by_status == {"ok": 2}, summary.failures
+    new = ds.read_pairs(latest=False)
+    new = new[(new["workload_a"] == "tiny_embed") | (new["workload_b"] == "tiny_embed")]
+    assert sorted(new["workload_b"]) == ["tiny_conv", "tiny_mlp"]
+
+
+@pytest.mark.slow
 def test_killed_ray_worker_is_retried_without_lost_or_duplicated_rows(ray_cluster, tmp_path):
     specs = THREE[:2]
     watch = PairWorkerWatch(kills=1)

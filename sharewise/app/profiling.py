@@ -108,7 +108,8 @@ def pairs(options: PairsOptions, on_event: Callable | None = None) -> PairsResul
     workers are gone; the rows written stay.
     """
     from sharewise.datasets.store import Dataset
-    from sharewise.profiler.campaign import run_campaign
+    from sharewise.profiler.budget import BudgetPicker
+    from sharewise.profiler.campaign import AllPairs, run_campaign
     from sharewise.profiler.executors import executor_factory
 
     model = None
@@ -123,6 +124,8 @@ def pairs(options: PairsOptions, on_event: Callable | None = None) -> PairsResul
         cpus_per_task=options.ray_cpus,
         max_retries=options.max_retries,
     )
+    # The pairs to measure: all of them, or the budget's picks (one at a time, each after the last is written).
+    picker = AllPairs() if options.budget is None else BudgetPicker(options.budget, model)
     summary = run_campaign(
         list(options.workloads),
         options.config,
@@ -130,8 +133,7 @@ def pairs(options: PairsOptions, on_event: Callable | None = None) -> PairsResul
         executor_factory=factory,
         on_event=on_event,
         retry_failed=options.retry_failed,
-        budget=options.budget,
-        model=model,
+        picker=picker,
     )
     return PairsResult(summary=summary, pairs=Dataset(options.out).read_pairs())
 

@@ -5,6 +5,10 @@ measured pair here (the new ones), only the K pairs the predictor expects to tea
 each pick is made after the previous pair's row is written, and ``suggest_pairs`` refits on it
 (``refit_on_pairs``: the new workload's measured pairs shift its predictions), so the second pick knows
 the first's outcome. The partners are the other listed workloads. Then the campaign stops.
+
+``BudgetPicker`` is the campaign's pair picker (``run_campaign(..., picker=BudgetPicker(K, model))``). It
+waits for each result itself (its plan has no task while one runs), so it works on any executor: on Ray
+the pairs of a budget run one at a time too.
 """
 
 from __future__ import annotations
@@ -12,39 +16,43 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from sharewise.errors import ConfigError
-from sharewise.profiler.config import RunConfig
+from sharewise.profiler.campaign import CampaignContext, on_device
 from sharewise.profiler.pair import PairTask
 
 
-def check_budget(budget: int, model, executor_factory) -> None:
-    """Refuse a budget that cannot run, before anything does: no model, a negative K, or a batch executor."""
-    if budget < 0:
-        raise ConfigError(f"--budget must be a non-negative number of pair runs per new workload, got {budget}")
-    if model is None:
-        raise ConfigError("--budget needs a model to pick pairs with: --model MODEL.json (see 'sharewise train')")
-    name = getattr(getattr(executor_factory, "func", None), "name", "local")
-    if name != "local":
-        raise ConfigError(
-            f"--budget picks each pair after the previous one is measured; the {name} executor runs pairs "
-            "all at once: use the local executor"
-        )
+class BudgetPicker:
+    """Picks K pairs per new workload, one at a time, with ``model``; a budget that cannot run (no model, a
+    negative K) is refused here, before anything runs."""
+
+    def __init__(self, budget: int, model) -> None:
+        if budget < 0:
+            raise ConfigError(f"--budget must be a non-negative number of pair runs per new workload, got {budget}")
+        if model is None:
+            raise ConfigError("--budget needs a model to pick pairs with: --model MODEL.json (see 'sharewise train')")
+        self.budget = int(budget)
+        self.model = model
+
+    def plan(self, context: CampaignContext) -> BudgetPlan:
+        return BudgetPlan(context, self.budget, self.model)
 
 
 class BudgetPlan:
-    """The pair tasks of a budgeted campaign, made one at a time (an iterable the executor consumes lazily).
+    """The pair tasks of a budgeted campaign, each picked once every earlier one is written.
 
     ``new``: the listed workloads without an ok pair on this device and mode; ``total``: the most pairs it
-    will yield (``budget`` per new workload, fewer when the partners run out).
+    will hand out (``budget`` per new workload, fewer when the partners run out). Rows are read on the
+    campaign's device and mode, every size (``on_device(..., by_size=False)``).
     """
 
-    def __init__(self, dataset, resolved, config: RunConfig, device_name: str, budget: int, model, broken) -> None:
-        self.dataset = dataset
-        self.config = config
-        self.device_name = device_name
-        self.budget = int(budget)
+    skipped = 0  # a budget measures new pairs only
+    unrunnable: tuple = ()
+
+    def __init__(self, context: CampaignContext, budget: int, model) -> None:
+        self.context = context
+        self.budget = budget
         self.model = model
-        self.specs = {name: spec for spec, name in resolved if name not in broken}
-        pairs = self._pairs()
+        self.specs = {name: spec for spec, name in context.workloads if name not in context.broken}
+        pairs = self._read("pairs")
         ok = pairs[pairs["status"] == "ok"]
         measured = set(ok["workload_a"]) | set(ok["workload_b"])
         self.new = [n for n in self.specs if n not in measured]
@@ -52,16 +60,19 @@ class BudgetPlan:
         if self.new and not self.against:
             self.against = list(self.specs)  # nothing measured yet: the new ones pair among themselves
         self.total = self.budget * len(self.new) if len(self.specs) > 1 else 0
+        self.message = f"{self.total} pairs to measure ({budget} per new workload: {', '.join(self.new) or 'none'})"
+        self._picks = self._pick()
 
-    def _pairs(self):
-        pairs = self.dataset.read_pairs()
-        return pairs[(pairs["mode"] == self.config.mode) & (pairs["device_name"] == self.device_name)]
+    def next_task(self, busy: int) -> PairTask | None:
+        """The next pick, or None while a pick runs (the next one reads its row) or when the budget is spent."""
+        return None if busy else next(self._picks, None)
 
-    def _profiles(self):
-        profiles = self.dataset.read_profiles()
-        return profiles[(profiles["mode"] == self.config.mode) & (profiles["device_name"] == self.device_name)]
+    def _read(self, table: str):
+        ctx = self.context
+        rows = ctx.dataset.read_pairs() if table == "pairs" else ctx.dataset.read_profiles()
+        return on_device(rows, ctx.config, ctx.on_device, by_size=False)
 
-    def __iter__(self) -> Iterator[PairTask]:
+    def _pick(self) -> Iterator[PairTask]:
         from sharewise.predictor.suggest import suggest_pairs
 
         for _ in range(self.budget):
@@ -71,8 +82,8 @@ class BudgetPlan:
                     continue
                 # Read back what was written: the pairs measured so far, this campaign's included.
                 picks = suggest_pairs(
-                    self.model, self._profiles(), self._pairs(), [name], against=against, budget=1,
-                    device=self.device_name,
+                    self.model, self._read("profiles"), self._read("pairs"), [name], against=against, budget=1,
+                    device=self.context.on_device,
                 )
                 if picks:
                     partner = picks[0].partner

@@ -1,25 +1,26 @@
-"""Pair campaigns: all unordered pairs of a workload list (or a budget of them), persisted one by one, resumable."""
+"""Pair campaigns: the missing solo profiles, then every unordered pair of a workload list (or the pairs a picker
+chooses), each task run by the executor and written before the next is chosen; resumable."""
 
 from __future__ import annotations
 
-import itertools
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import pandas as pd
 
 from sharewise.datasets.pair import Pair
 from sharewise.datasets.store import Dataset
 from sharewise.errors import ProfileFailed
-from sharewise.profiler.api import profile_one
-from sharewise.profiler.budget import BudgetPlan, check_budget
 from sharewise.profiler.config import RunConfig, device_kind
+from sharewise.profiler.executors import Executor, Finished, Task
 from sharewise.profiler.executors import executor_factory as _executor_factory
 from sharewise.profiler.interrupts import CampaignInterrupted, StopSignals
-from sharewise.profiler.modes import SHARING_MODES, placements
+from sharewise.profiler.modes import SHARING_MODES
 from sharewise.profiler.pair import PairTask, empty_row
-from sharewise.profiler.probe import PROBE_SPEC
+from sharewise.profiler.solo import ProfileTask
 from sharewise.profiler.workloads import resolve_specs
 from sharewise.profiler.writes import write_rows
 
@@ -60,48 +61,153 @@ def all_pairs(names: Sequence[str]) -> list[tuple[int, int]]:
     return [(i, j) for i in range(n) for j in range(i, n)]
 
 
-def done_keys(existing: pd.DataFrame, config: RunConfig, device_name: str | None, retry_failed: bool) -> set[Pair]:
-    """Return the pairs already recorded for this device, mode and size, e.g. ``{Pair("a", "b")}``.
+def on_device(rows: pd.DataFrame, config: RunConfig, device_name: str | None, by_size: bool = True) -> pd.DataFrame:
+    """Return the rows (profiles or pairs) of ``config``'s mode recorded on ``device_name`` (and size).
 
-    ``device_name=None`` accepts rows of any device of the config's kind: a cluster's pairs are recorded
+    ``device_name=None`` accepts rows of any device of the config's kind: a cluster's rows are recorded
     under the names of the nodes that ran them, which the driver cannot know in advance.
     """
-    if existing.empty:
-        return set()
-    rows = existing[existing["mode"] == config.mode]
+    if rows.empty:
+        return rows
+    rows = rows[rows["mode"] == config.mode]
     if device_name is None:
         rows = rows[rows["device_kind"] == device_kind(config.device)]
     else:
         rows = rows[rows["device_name"] == device_name]
-    if "size" in rows.columns:
+    if by_size and "size" in rows.columns:
         rows = rows[rows["size"] == config.size]
+    return rows
+
+
+def done_keys(existing: pd.DataFrame, config: RunConfig, device_name: str | None, retry_failed: bool) -> set[Pair]:
+    """Return the pairs already recorded for this device, mode and size, e.g. ``{Pair("a", "b")}``.
+
+    ``device_name=None`` matches any device of the config's kind (``on_device``).
+    """
+    rows = on_device(existing, config, device_name)
+    if rows.empty:
+        return set()
     if retry_failed:
         rows = rows[rows["status"].isin(["ok", "oom", "skipped"])]
     return {Pair.of(a, b) for a, b in zip(rows["workload_a"], rows["workload_b"], strict=True)}
 
 
+# -- what a campaign runs: tasks, and the picker of its pairs ------------------------------------------------------
+class Tasks(Protocol):
+    """Hands a campaign's loop its next task; ``None`` when there is none now.
+
+    ``busy`` is the number of tasks running: a source whose next task depends on the results so far (a
+    budget's pick) answers None while any runs, and is asked again after each result is written.
+    """
+
+    def next_task(self, busy: int) -> Task | None: ...
+
+
+@dataclass(frozen=True)
+class CampaignContext:
+    """What a pair picker sees once the campaign's profiles are done.
+
+    ``device_name`` is this machine's device (rows recorded without a run carry it); ``on_device`` the device
+    rows are matched on: ``device_name``, or None (any of the kind) when the executor spans nodes. ``broken``
+    maps each workload whose solo profile failed to ``(status, error)``.
+    """
+
+    dataset: Dataset
+    workloads: list[tuple[str, str]]  # (spec, recorded name), as listed
+    config: RunConfig
+    device_name: str
+    on_device: str | None
+    retry_failed: bool
+    broken: dict[str, tuple[str, str]]
+
+
+@dataclass
+class TaskQueue:
+    """Tasks handed out in order, as fast as the executor takes them (none depends on another's result)."""
+
+    tasks: deque[Task]
+
+    def next_task(self, busy: int) -> Task | None:
+        return self.tasks.popleft() if self.tasks else None
+
+
+class PairPlan(Tasks, Protocol):
+    """The pairs a campaign measures, as a picker planned them: ``total`` in all, ``skipped`` of them recorded
+    already, ``unrunnable`` rows recorded without a run, ``message`` the line said before the first pair, and
+    ``next_task`` for the rest."""
+
+    total: int
+    skipped: int
+    unrunnable: Sequence[dict]
+    message: str
+
+
+@dataclass
+class PairQueue(TaskQueue):
+    """A ``PairPlan`` whose pairs are all known in advance (``AllPairs``'): handed out in order."""
+
+    total: int = 0
+    skipped: int = 0
+    unrunnable: list[dict] = field(default_factory=list)
+    message: str = ""
+
+
+class PairPicker(Protocol):
+    """Chooses a campaign's pairs once its profiles are written: ``AllPairs`` (the default) or a budget's."""
+
+    def plan(self, context: CampaignContext) -> PairPlan: ...
+
+
+class AllPairs:
+    """Every unordered pair of the listed workloads, self-pairs included, in input order, except those recorded
+    already (failed ones too, unless ``retry_failed``). A pair with a workload whose solo profile failed is
+    recorded with that status and not run: it would fail next to a partner too, at the price of a crash or a
+    timeout per pair."""
+
+    def plan(self, context: CampaignContext) -> PairQueue:
+        ctx = context
+        done = done_keys(ctx.dataset.read_pairs(), ctx.config, ctx.on_device, ctx.retry_failed)
+        indices = all_pairs([name for _, name in ctx.workloads])
+        plan = PairQueue(deque(), total=len(indices))
+        for i, j in indices:
+            (sa, na), (sb, nb) = ctx.workloads[i], ctx.workloads[j]
+            task = PairTask(sa, sb, na, nb)
+            if Pair.of(na, nb) in done:
+                plan.skipped += 1
+            elif na in ctx.broken or nb in ctx.broken:
+                bad = na if na in ctx.broken else nb
+                status, error = ctx.broken[bad]
+                error = f"not run: the solo profile of {bad} failed: {error}"
+                plan.unrunnable.append(empty_row(task, ctx.config, ctx.device_name, status, error))
+            else:
+                plan.tasks.append(task)
+        plan.message = f"{len(plan.tasks)} pairs to measure"
+        return plan
+
+
+# -- the campaign -------------------------------------------------------------------------------------------------
 def run_campaign(
     specs: Sequence[str],
     config: RunConfig,
     out: str | Dataset,
-    executor_factory: Callable[[RunConfig, str, dict | None], object] | None = None,
+    executor_factory: Callable[[RunConfig, str, dict | None], Executor] | None = None,
     profile_missing: bool = True,
     retry_failed: bool = False,
     on_event: Callable[[CampaignEvent], None] | None = None,
-    budget: int | None = None,
-    model=None,
+    picker: PairPicker | None = None,
 ) -> CampaignSummary:
     """Measure every unordered pair (self-pairs included) of ``specs`` into the dataset ``out``.
 
-    Each finished pair is written atomically before the next starts; rerunning after an interruption skips
-    pairs already recorded for this device, mode and size (``retry_failed`` reruns failed and timed-out
-    ones). Workloads without a solo profile in ``out`` are profiled first when ``profile_missing``.
-    ``executor_factory`` is ``executors.executor_factory(name, ...)``'s result; the local executor by default
-    (with warm isolation its worker pool serves the profiles and then the pairs).
-    The sharing mode's environment (the MPS daemon for ``mps``) holds for the whole campaign.
+    Every task, solo profile or pair, runs on the executor (``executors.executor_factory(name, ...)``'s
+    result; the local one by default), one loop for both: next task, run, write. Each row is written
+    atomically before the next task is chosen; rerunning after an interruption skips pairs already recorded
+    for this device, mode and size (``retry_failed`` reruns failed and timed-out ones). Workloads without a
+    solo profile in ``out`` are profiled first when ``profile_missing``. The sharing mode's environment (the
+    MPS daemon for ``mps``) holds for the whole campaign.
 
-    With ``budget`` K (and a fitted ``model``), only the workloads of ``specs`` without a measured pair get
-    pairs: K each, against the others, picked one at a time by ``suggest_pairs`` (``profiler.budget``).
+    ``picker`` chooses the pairs once the profiles are written: ``AllPairs()`` by default, or
+    ``budget.BudgetPicker(K, model)``, which measures only K pairs per workload without a measured pair,
+    each picked after the previous one is written.
 
     SIGTERM and Ctrl-C stop the campaign between two writes: the workers are ended, every row written is
     kept, and ``CampaignInterrupted`` (a ``KeyboardInterrupt``) says how many; rerunning resumes. A full
@@ -113,15 +219,19 @@ def run_campaign(
     dataset = out if isinstance(out, Dataset) else Dataset(out)
     resolved = resolve_specs(specs)
     device_name = _device_name(config.device)
-    emit = on_event or (lambda event: None)
-    pairs_idx = all_pairs([n for _, n in resolved])
-    summary = CampaignSummary(dataset=str(dataset.path), total=len(pairs_idx))
-    if budget is not None:
-        check_budget(budget, model, executor_factory)
+    summary = CampaignSummary(dataset=str(dataset.path), total=len(all_pairs([n for _, n in resolved])))
     with StopSignals() as stops, dataset.lock("campaign"):
+        campaign = _Campaign(dataset, resolved, config, device_name, summary, on_event, stops)
         try:
-            _campaign(dataset, resolved, config, device_name, executor_factory, profile_missing, retry_failed,
-                      emit, summary, pairs_idx, stops, budget, model)
+            with SHARING_MODES.get(config.mode).environment(config) as mode_env:
+                # Start the executor before any run: a wrong Ray address or a missing cluster fails in a
+                # second, not after the solo profiles.
+                factory = executor_factory or _executor_factory("local")
+                executor = factory(config, device_name, dict(mode_env) or None)
+                try:
+                    campaign.run(executor, profile_missing, retry_failed, picker or AllPairs())
+                finally:
+                    executor.close()
         except CampaignInterrupted as exc:
             exc.kept = summary.measured + summary.profiled
             raise
@@ -129,92 +239,75 @@ def run_campaign(
     return summary
 
 
-def _campaign(dataset, resolved, config, device_name, executor_factory, profile_missing, retry_failed, emit,
-              summary, pairs_idx, stops, budget, model) -> None:
-    with SHARING_MODES.get(config.mode).environment(config) as mode_env:
-        extra_env = dict(mode_env) or None
-        # Start the executor before any run: a wrong Ray address or a missing cluster fails in a second,
-        # not after the solo profiles.
-        factory = executor_factory or _executor_factory("local")
-        executor = factory(config, device_name, extra_env)
-        try:
-            broken: dict[str, tuple[str, str]] = {}
-            pool = getattr(executor, "pool", None)
-            if profile_missing:
-                summary.profiled, broken = _profile_missing(
-                    dataset, resolved, config, device_name, extra_env, emit, summary.failures, pool, stops
-                )
-            if pool is not None:
-                # The probe and any solo-only placement (CUDA profiles use every host thread) serve no pair.
-                pool.evict_spec(PROBE_SPEC)
-                pool.evict_idle(keep=placements(config, 2))
-            # Executors spanning several machines (Ray) record each pair under its node's device name.
-            on_device = None if executor.spans_nodes else device_name
-            done = done_keys(dataset.read_pairs(), config, on_device, retry_failed)
-            if budget is not None:
-                tasks = BudgetPlan(dataset, resolved, config, device_name, budget, model, broken)
-                summary.total = tasks.total
-                unrunnable: list[dict] = []
-                plan = f"{tasks.total} pairs to measure ({budget} per new workload: {', '.join(tasks.new) or 'none'})"
-            else:
-                tasks, unrunnable = _plan(resolved, pairs_idx, done, broken, config, device_name, summary)
-                plan = f"{len(tasks)} pairs to measure"
-            emit(CampaignEvent("plan", summary.skipped, summary.total, message=plan))
-            for row in itertools.chain(unrunnable, executor.run(tasks)):
-                with stops.deferred():
-                    write_rows(dataset, "pairs", [row])
-                summary.measured += 1
-                summary.by_status[row["status"]] = summary.by_status.get(row["status"], 0) + 1
-                if row["status"] != "ok":
-                    failure = (row["workload_a"], row["workload_b"], row["status"], row["error"])
-                    summary.failures.append(failure)
-                emit(CampaignEvent("pair", summary.skipped + summary.measured, summary.total, row=row))
-        finally:
-            executor.close()
+def run_tasks(executor: Executor, tasks: Tasks, write: Callable[[Finished], None]) -> None:
+    """A campaign's loop: next task, run, write; until no task is left and none runs.
 
-
-def _plan(resolved, pairs_idx, done, broken, config, device_name, summary):
-    """Split the campaign's pairs into tasks to run and rows recorded without a run; count the done ones."""
-    tasks, unrunnable = [], []
-    for i, j in pairs_idx:
-        (sa, na), (sb, nb) = resolved[i], resolved[j]
-        if Pair.of(na, nb) in done:
-            summary.skipped += 1
-        elif na in broken or nb in broken:
-            # A workload that failed alone fails next to a partner too: record the pair with the same
-            # status instead of paying a crash or a timeout per pair.
-            bad = na if na in broken else nb
-            status, error = broken[bad]
-            error = f"not run: the solo profile of {bad} failed: {error}"
-            unrunnable.append(empty_row(PairTask(sa, sb, na, nb), config, device_name, status, error))
-        else:
-            tasks.append(PairTask(sa, sb, na, nb))
-    return tasks, unrunnable
-
-
-def _profile_missing(dataset, resolved, config, device_name, extra_env, emit, failures, pool, stops):
-    """Profile the workloads without a solo profile; return (count, {name: (status, error)} of failures).
-
-    A workload that raises, runs out of memory or hangs must not end the campaign here: it goes to
-    ``failures``, its pairs are recorded with its status, and a rerun (``--retry-failed``) tries again.
+    The next task is asked for whenever the executor has room (the local one: after each write; Ray: at
+    once, for as many as the source gives), and each finished task is written before the loop goes on.
     """
-    have = dataset.read_profiles()
-    have = have[(have["device_name"] == device_name) & (have["mode"] == config.mode)]
-    if "size" in have.columns:
-        have = have[have["size"] == config.size]
-    names = set(have["workload"])
-    count, broken = 0, {}
-    for spec, name in resolved:
-        if name in names:
-            continue
-        try:
-            row = profile_one(spec, config, extra_env=extra_env, pool=pool)
-        except ProfileFailed as exc:
-            failures.append((name, "(solo profile)", exc.status, str(exc)))
-            broken[name] = (exc.status, str(exc))
-            continue
-        with stops.deferred():
-            write_rows(dataset, "profiles", [row])
-        count += 1
-        emit(CampaignEvent("profile", 0, len(resolved), row=row, message=f"profiled {name}"))
-    return count, broken
+    while True:
+        task = tasks.next_task(executor.busy) if executor.has_room() else None
+        if task is not None:
+            executor.submit(task)
+        elif executor.busy:
+            write(executor.next_finished())
+        else:
+            return
+
+
+class _Campaign:
+    """One campaign's state between its writes: the dataset, the summary, the workloads whose profile failed."""
+
+    def __init__(self, dataset, resolved, config, device_name, summary, on_event, stops: StopSignals) -> None:
+        self.dataset = dataset
+        self.resolved = resolved
+        self.config = config
+        self.device_name = device_name
+        self.summary = summary
+        self.emit = on_event or (lambda event: None)
+        self.stops = stops
+        self.broken: dict[str, tuple[str, str]] = {}
+
+    def run(self, executor: Executor, profile_missing: bool, retry_failed: bool, picker: PairPicker) -> None:
+        # An executor spanning several machines (Ray) records each row under its node's device name.
+        device = None if executor.spans_nodes else self.device_name
+        if profile_missing:
+            run_tasks(executor, TaskQueue(deque(self.missing_profiles(device))), self.write_profile)
+        context = CampaignContext(
+            self.dataset, self.resolved, self.config, self.device_name, device, retry_failed, self.broken
+        )
+        plan = picker.plan(context)
+        self.summary.total, self.summary.skipped = plan.total, plan.skipped
+        self.emit(CampaignEvent("plan", plan.skipped, plan.total, message=plan.message))
+        for row in plan.unrunnable:
+            self.write_pair(row)
+        run_tasks(executor, plan, lambda finished: self.write_pair(finished.row))
+
+    def missing_profiles(self, device: str | None) -> list[ProfileTask]:
+        """The listed workloads without a solo profile on this device, mode and size."""
+        have = set(on_device(self.dataset.read_profiles(), self.config, device)["workload"])
+        return [ProfileTask(spec, name) for spec, name in self.resolved if name not in have]
+
+    def write_profile(self, finished: Finished) -> None:
+        """Write a profile's row; a workload that failed alone must not end the campaign: it goes to the
+        failures, its pairs are recorded with its status, and a rerun (``--retry-failed``) tries again."""
+        name = finished.task.name
+        if finished.row is None:
+            error = str(ProfileFailed(finished.status, finished.error))
+            self.summary.failures.append((name, "(solo profile)", finished.status, error))
+            self.broken[name] = (finished.status, error)
+            return
+        with self.stops.deferred():
+            write_rows(self.dataset, "profiles", [finished.row])
+        self.summary.profiled += 1
+        self.emit(CampaignEvent("profile", 0, len(self.resolved), row=finished.row, message=f"profiled {name}"))
+
+    def write_pair(self, row: dict) -> None:
+        with self.stops.deferred():
+            write_rows(self.dataset, "pairs", [row])
+        summary = self.summary
+        summary.measured += 1
+        summary.by_status[row["status"]] = summary.by_status.get(row["status"], 0) + 1
+        if row["status"] != "ok":
+            summary.failures.append((row["workload_a"], row["workload_b"], row["status"], row["error"]))
+        self.emit(CampaignEvent("pair", summary.skipped + summary.measured, summary.total, row=row))

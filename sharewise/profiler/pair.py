@@ -154,38 +154,32 @@ def measure_pair(
     task: PairTask,
     config: RunConfig,
     device_name: str,
-    extra_env: dict[str, str] | None = None,
+    pool: WorkerPool,
     pinned: list[CoreAssignment] | None = None,
-    pool: WorkerPool | None = None,
 ) -> dict:
     """Measure one pair and return its pairs-table row; failures become rows with a status, never raise.
 
     Repeats (``run_round``: both alone, then together, every other one in mirrored order) run until
-    ``precise_enough``. With warm isolation they run on the pool's workers (a pool of this call's own when
-    ``pool`` is None), else each repeat in new processes. A repeat during which foreign processes used
-    more than ``disturbance_limit`` of the machine is discarded and rerun (at most ``disturbance_retries``
-    times, then kept and flagged by its ``other_cpu_frac``). A worker that crashes, runs out of memory or
-    hangs is killed; with warm isolation the pair is measured once more in new processes, then recorded
-    with the status. ``pinned`` overrides the mode's placements (tests pin both to one core).
+    ``precise_enough``, on workers of ``pool`` (an executor's, ``executors.local``): with warm isolation
+    the same two processes for every repeat, else each repeat in new processes. A repeat during which
+    foreign processes used more than ``disturbance_limit`` of the machine is discarded and rerun (at most
+    ``disturbance_retries`` times, then kept and flagged by its ``other_cpu_frac``). A worker that crashes,
+    runs out of memory or hangs is killed; with warm isolation the pair is measured once more in new
+    processes, then recorded with the status. ``pinned`` overrides the mode's placements (tests pin both
+    to one core).
     """
-    own = pool is None
-    pool = pool or WorkerPool(config, extra_env, reuse=config.isolation == "warm")
     began = time.monotonic()
-    try:
-        attempts = 2 if pool.reuse else 1
-        for attempt in range(attempts):
-            try:
-                row = _measure(task, config, pool, pinned or placements(config, 2), device_name)
-            except WorkerFailed as exc:
-                if attempt + 1 < attempts:
-                    continue
-                suffix = " (and again in new processes)" if attempts > 1 else ""
-                row = empty_row(task, config, device_name, exc.status, exc.error + suffix)
-            row["pair_s"] = time.monotonic() - began
-            return row
-    finally:
-        if own:
-            pool.close()
+    attempts = 2 if pool.reuse else 1
+    for attempt in range(attempts):
+        try:
+            row = _measure(task, config, pool, pinned or placements(config, 2), device_name)
+        except WorkerFailed as exc:
+            if attempt + 1 < attempts:
+                continue
+            suffix = " (and again in new processes)" if attempts > 1 else ""
+            row = empty_row(task, config, device_name, exc.status, exc.error + suffix)
+        row["pair_s"] = time.monotonic() - began
+        return row
     raise AssertionError("unreachable")
 
 

@@ -1,12 +1,12 @@
 """Warm workers: one long-lived worker process per (workload, placement), reused by every run of a campaign.
 
-A campaign's pairs and profiles ask the pool for ready workers (``acquire``) and hand them back
-(``release``). A worker that is not in use waits on a blocking read: no CPU, no device work; on a GPU its
-allocations stay resident, so before a start the pool checks that the memory it needs fits (the device's
-free memory, and the sum of what resident workers hold against ``RESIDENT_SHARE`` of the device) and
-evicts (closes) the least recently used idle workers until it does; an evicted workload is started again
-when a later run needs it. With ``reuse=False`` (``--isolation fresh``) every acquire starts new
-processes and every release ends them, so the two isolations share one code path.
+The local executor (``executors.local``) makes and owns the pool; the profiles and pairs it runs ask it for
+ready workers (``acquire``) and hand them back (``release``). A worker that is not in use waits on a blocking
+read: no CPU, no device work; on a GPU its allocations stay resident, so before a start the pool checks that the
+memory it needs fits (the device's free memory, and the sum of what resident workers hold against
+``RESIDENT_SHARE`` of the device) and evicts (closes) the least recently used idle workers until it does; an
+evicted workload is started again when a later run needs it. With ``reuse=False`` (``--isolation fresh``) every
+acquire starts new processes and every release ends them, so the two isolations share one code path.
 """
 
 from __future__ import annotations

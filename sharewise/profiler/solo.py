@@ -9,9 +9,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sharewise.command_spec import is_command_spec
 from sharewise.datasets.store import utc_now
 from sharewise.errors import ProfileFailed
 from sharewise.profiler.config import RunConfig, device_kind
+from sharewise.profiler.features import FeatureCache
 from sharewise.profiler.hostload import wait_until_idle
 from sharewise.profiler.modes import placements
 from sharewise.profiler.pair import cv
@@ -31,67 +33,84 @@ MIN_PROFILE_REPEATS = 2
 TRACE_S = 0.5
 
 
-@dataclass
-class SoloResult:
-    """A profiles-table row, and the features computed for it when none were cached (to cache them)."""
+@dataclass(frozen=True)
+class ProfileTask:
+    """A workload to profile alone: its spec and the name it is recorded under (a value type).
 
-    row: dict
-    new_features: dict | None
+    ``use_cache``: take its features from the feature cache when they are there (False recomputes them,
+    ``--no-cache``); ``keep_worker``: leave the job's warm worker in the pool after its profile, for the
+    pair runs of a campaign (False ends it: ``sharewise profile``, where no pair follows).
+    """
+
+    spec: str
+    name: str
+    use_cache: bool = True
+    keep_worker: bool = True
 
 
-def profile_workload(
-    spec: str,
-    config: RunConfig,
-    feature_lookup=None,
-    extra_env: dict[str, str] | None = None,
-    pool: WorkerPool | None = None,
-) -> SoloResult:
-    """Profile ``spec`` alone on ``config.device``; return its profiles-table row (in a ``SoloResult``).
+def profile_workload(task: ProfileTask, config: RunConfig, jobs: WorkerPool, probes: WorkerPool) -> dict:
+    """Profile ``task``'s workload alone on ``config.device``; return its profiles-table row.
 
     One process warms up until step time settles; then ``config.repeats`` repeats (fewer for a slow
     workload: ``profile_repeats``), each one solo window and one window next to the probe (``_ProbeRun``),
-    every other repeat in mirrored order so that drift cancels. With warm isolation the repeats run in
-    that one process (the pool's, when ``pool`` is given, so a campaign's pairs reuse it, and the probe's
-    process serves every profile); with fresh isolation each repeat runs in a new process. Features come
-    from the first process, unless ``feature_lookup(info)`` returns cached ones (``info`` is the worker's
-    ready message: device name, batch size...). Raises ``ProfileFailed``.
+    every other repeat in mirrored order so that drift cancels. The job's processes come from ``jobs`` and
+    the probe's from ``probes`` (the executor's pools, ``executors.local``): with warm isolation the repeats
+    run in one process, left in the pool for the campaign's pairs, and the probe's process serves every
+    profile; with fresh isolation each repeat runs in a new process. Features come from the first process,
+    or from the feature cache (``_features``). Raises ``ProfileFailed``.
 
     Example row (abridged): ``{"workload": "resnet18", "batch_size": 32, "throughput": 9.8,
     "iter_time_ms": 102.0, "cv": 0.012, "f_flops_per_step": 3.4e10, ...}``
     """
-    warm = config.isolation == "warm"
-    jobs = pool or WorkerPool(config, extra_env, reuse=warm)
-    # Fresh isolation starts a job process per repeat, but one probe process serves them all.
-    probes = jobs if warm else WorkerPool(config, extra_env, reuse=True)
     probe = _ProbeRun(config, probes) if config.features and config.probe else None
     began = time.monotonic()
     try:
-        windows, info, features = _repeats(spec, config, jobs, probe, feature_lookup)
+        windows, info, features = _repeats(task, config, jobs, probe)
     except WorkerFailed as exc:
         raise ProfileFailed(exc.status, exc.error) from None
     finally:
         if probe is not None:
             probe.release()
-        if probes is not jobs:
-            probes.close()
-        if pool is None:
-            jobs.close()
-    row = _row(spec, config, windows, info, began)
-    feats = dict(features or {})
-    feats.pop("_computed", None)
-    row.update({k: float(v) for k, v in feats.items() if k.startswith("f_")})
+    row = _row(task.spec, config, windows, info, began)
+    row.update({k: float(v) for k, v in (features or {}).items() if k.startswith("f_")})
     _restate_rates(row, windows, info)
     if probe is not None:
         row.update(probe.features())
-    computed = (
-        {k: float(v) for k, v in feats.items() if k.startswith("f_")}
-        if features and features.get("_computed")
-        else None
-    )
-    return SoloResult(row, computed)
+    return row
 
 
-def _repeats(spec, config, jobs: WorkerPool, probe, feature_lookup):
+def _features(job: Worker, task: ProfileTask, config: RunConfig) -> dict | None:
+    """The job's features: the cached ones when there are, else computed in the job (then cached); None when
+    there are none and ``config.features`` is off. The one place the feature cache is read and written.
+
+    Features depend on (workload, spec, size, batch size, device, torch version, mode), not on the run.
+    A command's are never cached: its script may change while its spec stays the same.
+    """
+    cache = FeatureCache() if task.use_cache and not is_command_spec(task.spec) else None
+    key = _feature_key(task.spec, config, job.info)
+    cached = cache.get(key) if cache is not None else None
+    if cached is not None or not config.features:
+        return cached
+    job.send(cmd="features", trace_steps=trace_steps(config, job.info["step_ms"]))
+    features = job.recv("features", config.timeout_s)["features"]
+    if cache is not None:
+        cache.put(key, {k: float(v) for k, v in features.items() if k.startswith("f_")})
+    return features
+
+
+def _feature_key(spec: str, config: RunConfig, info: dict) -> dict:
+    return {
+        "workload": workload_name(spec),
+        "spec": spec,
+        "size": config.size,
+        "batch_size": int(info["batch_size"]),
+        "device_name": info["device_name"],
+        "torch_version": info.get("torch_version", ""),
+        "mode": config.mode,
+    }
+
+
+def _repeats(task: ProfileTask, config, jobs: WorkerPool, probe):
     """The solo and probe windows of a profile; returns ``(solo windows, ready info, features)``."""
     (place,) = placements(config, 1)
     windows: list[Window] = []
@@ -103,14 +122,10 @@ def _repeats(spec, config, jobs: WorkerPool, probe, feature_lookup):
         while r < n_repeats:
             if job is None:
                 wait_until_idle(config.idle_threshold, max_wait_s=config.idle_wait_s)
-                job = _start(spec, place, jobs, probe)
+                job = _start(task.spec, place, jobs, probe)
                 info = job.info
-                if features is None and feature_lookup is not None:
-                    features = feature_lookup(info)
-                if features is None and config.features:
-                    job.send(cmd="features", trace_steps=trace_steps(config, info["step_ms"]))
-                    features = job.recv("features", config.timeout_s)["features"]
-                    features["_computed"] = True
+                if features is None:
+                    features = _features(job, task, config)
                 if probe is not None and r == 0:
                     probe.measure_alone()
                 if r == 0:

@@ -1,4 +1,4 @@
-"""Executors run a campaign's pair tasks: locally one by one (default), or as Ray tasks across a cluster.
+"""Executors run a campaign's tasks (solo profiles and pairs): locally one by one, or as Ray tasks on a cluster.
 
 Every executor has one signature (``executors.base.Executor``); adding one is its module and one line in
 ``EXECUTORS``. The CLI's ``--executor`` choices come from the registry.
@@ -9,17 +9,17 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
-from sharewise.profiler.executors.base import Executor, ExecutorOptions
+from sharewise.profiler.executors.base import Executor, ExecutorOptions, Finished, Task
 from sharewise.registry import Registry
 
-__all__ = ["EXECUTORS", "Executor", "ExecutorOptions", "executor_factory"]
+__all__ = ["EXECUTORS", "Executor", "ExecutorOptions", "Finished", "Task", "executor_factory"]
 
 EXECUTORS: Registry[type[Executor]] = Registry(
     "executor",
     "sharewise.profiler.executors",
     {"local": "local:LocalExecutor", "ray": "ray:RayExecutor"},
-    signature="cls(config, device_name, extra_env, options: ExecutorOptions) with run(tasks) -> rows, close(), "
-    "spans_nodes; cls.check(options) before any run",
+    signature="cls(config, device_name, extra_env, options: ExecutorOptions) with submit(task), has_room(), "
+    "busy, next_finished() -> Finished, close(), spans_nodes; cls.check(options) before any run",
 )
 
 

@@ -1,14 +1,18 @@
-"""What every executor is: one constructor signature, ``check`` before any run, ``run`` and ``close``."""
+"""What every executor is: one constructor signature, ``check`` before any run, tasks in, finished tasks out."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
+from sharewise.profiler.pair import PairTask
+from sharewise.profiler.solo import ProfileTask
+
 if TYPE_CHECKING:
     from sharewise.profiler.config import RunConfig
-    from sharewise.profiler.pair import PairTask
+
+#: What an executor runs: a solo profile or a pair run.
+Task = ProfileTask | PairTask
 
 
 @dataclass(frozen=True)
@@ -25,14 +29,42 @@ class ExecutorOptions:
     max_retries: int = 2
 
 
+@dataclass(frozen=True)
+class Finished:
+    """A task that ran: the row it measured, or why there is none.
+
+    ``row`` is a profiles-table row for a ``ProfileTask`` (None when the profile failed) and a pairs-table
+    row for a ``PairTask`` (always: a pair that failed is a row with its status). ``status`` is ``"ok"`` or
+    the failure's (``failed``, ``oom``, ``timeout``), ``error`` its one-line reason.
+
+    Example: ``Finished(ProfileTask("ncf", "ncf"), row=None, status="oom", error="CUDA out of memory")``.
+    """
+
+    task: Task
+    row: dict | None
+    status: str = "ok"
+    error: str = ""
+
+    @classmethod
+    def pair(cls, task: PairTask, row: dict) -> Finished:
+        """A finished pair run, its status and error read from its row."""
+        return cls(task, row, row["status"], row["error"])
+
+
 class Executor(Protocol):
-    """Runs pair tasks and yields one pairs-table row per task, in the order they finish.
+    """Runs tasks (solo profiles and pair runs) and hands each back once it finished.
 
     Constructed as ``cls(config, device_name, extra_env, options)``; ``cls.check(options)`` fails early
-    (before any profile or run) on options it cannot use or a missing dependency. ``spans_nodes``: rows
-    carry the device name of the node that ran them (resume then matches any node of the device kind).
-    An executor that keeps warm workers on this machine exposes them as ``pool`` (a ``WorkerPool``), and
-    the campaign runs its solo profiles there too; one without (Ray) has ``pool = None``.
+    (before anything runs) on options it cannot use or a missing dependency. It owns the worker processes
+    its tasks run in and ends them in ``close``. ``spans_nodes``: rows carry the device name of the node that
+    ran them (resume then matches any node of the device kind).
+
+    The campaign drives it with one loop (``campaign.run_tasks``): while it ``has_room()``, the next task
+    goes to ``submit``; then ``next_finished()`` (blocking until a submitted task finished) hands one back,
+    and its row is written before the loop asks for more. ``busy`` counts the tasks submitted and not yet
+    handed back. An executor that runs one task at a time has room only when idle, so for it the loop is
+    "next task, run, write"; one that spans a cluster has room for every task and hands them back in the
+    order they finish.
     """
 
     name: ClassVar[str]
@@ -45,6 +77,13 @@ class Executor(Protocol):
     @classmethod
     def check(cls, options: ExecutorOptions) -> None: ...
 
-    def run(self, tasks: Sequence[PairTask]) -> Iterator[dict]: ...
+    @property
+    def busy(self) -> int: ...
+
+    def has_room(self) -> bool: ...
+
+    def submit(self, task: Task) -> None: ...
+
+    def next_finished(self) -> Finished: ...
 
     def close(self) -> None: ...

@@ -1,25 +1,40 @@
-"""The local executor: pair runs one after another on this machine (the default; needs no Ray).
+"""The local executor: profiles and pair runs one after another on this machine (the default; needs no Ray).
 
-With warm isolation it keeps the campaign's ``WorkerPool``: the campaign profiles in it, and each pair takes
-its two workers from it, so a workload's process starts once per campaign instead of once per repeat.
+It owns the worker processes they run in (``WorkerPool``; this is the one place a pool is made). With warm
+isolation a workload's process starts once: its solo profile leaves it warm, and its pairs take it from
+there; one probe process serves every profile. A Ray task runs its one task on a ``LocalExecutor`` of the
+node (``executors.ray``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections import deque
 from typing import TYPE_CHECKING
 
-from sharewise.errors import ConfigError
-from sharewise.profiler.executors.base import ExecutorOptions
+from sharewise.errors import ConfigError, ProfileFailed
+from sharewise.profiler.executors.base import ExecutorOptions, Finished, Task
+from sharewise.profiler.modes import placements
 from sharewise.profiler.pair import PairTask, empty_row, measure_pair
 from sharewise.profiler.pool import WorkerPool
+from sharewise.profiler.probe import PROBE_SPEC
+from sharewise.profiler.solo import ProfileTask, profile_workload
 
 if TYPE_CHECKING:
     from sharewise.profiler.config import RunConfig
 
 
 class LocalExecutor:
-    """Runs pair measurements one after another on this machine, on the workers of ``pool``."""
+    """Runs tasks one at a time on this machine, in the worker processes of its pool.
+
+    ``run(task)`` runs one task at once (``profile_one`` and tests use it); a campaign goes through
+    ``submit`` and ``next_finished`` (see ``executors.base.Executor``), where a pair run that raises (a bug,
+    a broken machine) becomes a ``failed`` row and the campaign goes on.
+
+    Example::
+
+        with LocalExecutor(RunConfig(size="tiny"), "cpu0") as executor:
+            finished = executor.run(ProfileTask("ncf", "ncf"))   # Finished(task, row={...}, status="ok")
+    """
 
     name = "local"
     spans_nodes = False
@@ -34,20 +49,71 @@ class LocalExecutor:
         self.check(options)
         self.config = config
         self.device_name = device_name
-        self.extra_env = extra_env
-        self.pool = WorkerPool(config, extra_env, reuse=config.isolation == "warm")
+        warm = config.isolation == "warm"
+        self.pool = WorkerPool(config, extra_env, reuse=warm)
+        # Fresh isolation starts a job process per repeat, but one probe process serves a profile's repeats.
+        self.probes = self.pool if warm else WorkerPool(config, extra_env, reuse=True)
+        self._queue: deque[Task] = deque()
+        self._profiled = False  # a profile ran since the last pair: its probe and placements may linger
 
     @classmethod
     def check(cls, options: ExecutorOptions) -> None:
         if options.address:
             raise ConfigError("--address is for --executor ray; the local executor runs on this machine")
 
-    def run(self, tasks: Sequence[PairTask]) -> Iterator[dict]:
-        for task in tasks:
-            try:
-                yield measure_pair(task, self.config, self.device_name, self.extra_env, pool=self.pool)
-            except Exception as exc:  # a bug or a broken machine: record it, keep the campaign going
-                yield empty_row(task, self.config, self.device_name, "failed", f"{type(exc).__name__}: {exc}")
+    def __enter__(self) -> LocalExecutor:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @property
+    def busy(self) -> int:
+        return len(self._queue)
+
+    def has_room(self) -> bool:
+        return not self._queue  # one at a time: each result is written before the next task is chosen
+
+    def submit(self, task: Task) -> None:
+        self._queue.append(task)
+
+    def next_finished(self) -> Finished:
+        task = self._queue.popleft()
+        try:
+            return self.run(task)
+        except Exception as exc:
+            if isinstance(task, ProfileTask):
+                raise  # a profile that raises (not a failure of the workload) is a bug: it ends the campaign
+            # A bug or a broken machine during a pair run: record it, keep the campaign going.
+            row = empty_row(task, self.config, self.device_name, "failed", f"{type(exc).__name__}: {exc}")
+            return Finished.pair(task, row)
+
+    def run(self, task: Task) -> Finished:
+        """Run one task now; a failed profile or pair is a ``Finished`` with its status, other errors raise."""
+        if isinstance(task, PairTask):
+            self._ready_for_pairs()
+            return Finished.pair(task, measure_pair(task, self.config, self.device_name, self.pool))
+        self._profiled = True
+        try:
+            row = profile_workload(task, self.config, self.pool, self.probes)
+        except ProfileFailed as exc:
+            return Finished(task, None, exc.status, exc.error)
+        finally:
+            if self.probes is not self.pool:
+                self.probes.close()
+        if not task.keep_worker:
+            self.pool.evict_spec(task.spec)
+        return Finished(task, row)
+
+    def _ready_for_pairs(self) -> None:
+        """After profiles, end the workers no pair will use: the probe's, and those of solo-only placements
+        (CUDA profiles use every host thread)."""
+        if self._profiled:
+            self.pool.evict_spec(PROBE_SPEC)
+            self.pool.evict_idle(keep=placements(self.config, 2))
+            self._profiled = False
 
     def close(self) -> None:
         self.pool.close()
+        if self.probes is not self.pool:
+            self.probes.close()

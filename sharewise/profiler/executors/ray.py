@@ -1,14 +1,17 @@
-"""The Ray executor: each pair run is a Ray task holding one GPU (or a CPU node) of an existing cluster."""
+"""The Ray executor: each solo profile and each pair run is a Ray task holding one GPU (or a CPU node) of a cluster.
+
+Profiles run on the nodes as pairs do, so a workload's profile and its pairs carry the device names of the
+nodes that measured them (on a cluster of one GPU model, the same name, and they join).
+"""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from sharewise.errors import DeviceError, MissingDependencyError
 from sharewise.profiler.config import device_kind
-from sharewise.profiler.executors.base import ExecutorOptions
+from sharewise.profiler.executors.base import ExecutorOptions, Finished, Task
 from sharewise.profiler.modes import available_cores
 from sharewise.profiler.pair import PairTask, empty_row
 
@@ -26,12 +29,17 @@ def _import_ray():
     return ray
 
 
-def _measure_on_node(task: PairTask, config: RunConfig, extra_env: dict | None) -> dict:
-    """Body of one Ray task: name the device as the node sees it, then measure the pair there."""
-    from sharewise.profiler.device import device_name
-    from sharewise.profiler.pair import measure_pair
+def _run_on_node(task: Task, config: RunConfig, extra_env: dict | None) -> Finished:
+    """Body of one Ray task: run the task on a local executor of the node, its device named as the node sees it.
 
-    return measure_pair(task, config, device_name(config.device), extra_env)
+    The executor's workers live as long as the task (warm within a profile's or a pair's repeats). An error
+    that is not a failure of the workload raises, so Ray retries the task like one whose worker died.
+    """
+    from sharewise.profiler.device import device_name
+    from sharewise.profiler.executors.local import LocalExecutor
+
+    with LocalExecutor(config, device_name(config.device), extra_env) as executor:
+        return executor.run(task)
 
 
 def _largest_node_cpus(ray) -> int:
@@ -60,16 +68,17 @@ def _cpus_per_gpu(ray) -> int:
 
 
 class RayExecutor:
-    """Runs each pair as a Ray task holding one whole GPU (CUDA) or ``cpus_per_task`` CPUs (CPU clusters).
+    """Runs each task (a solo profile or a pair) as a Ray task holding one whole GPU (CUDA) or
+    ``cpus_per_task`` CPUs (CPU clusters).
 
-    Results are yielded as tasks finish, so the campaign persists each before the next arrives. A task
-    whose worker process or node dies is retried by Ray up to ``max_retries`` times; after that, and for
-    exceptions, the pair is recorded as ``failed`` with the error.
+    It has room for every task: Ray queues them and runs as many at once as the cluster holds. Results
+    come back as tasks finish, so the campaign persists each before the next arrives. A task whose worker
+    process or node dies is retried by Ray up to ``max_retries`` times; after that, and for exceptions, a
+    pair is recorded as ``failed`` with the error, and a profile as failed (its pairs then are not run).
     """
 
     name = "ray"
     spans_nodes = True  # rows carry the device name of the node that ran them; resume matches any node
-    pool = None  # each task runs its pair's repeats on workers of its own (warm within the pair)
 
     @classmethod
     def check(cls, options: ExecutorOptions) -> None:
@@ -90,7 +99,7 @@ class RayExecutor:
         self.device_name = device_name
         self.extra_env = extra_env
         self._started_here = False
-        self._pending: dict = {}  # task ref -> PairTask, for the runs not yet yielded
+        self._pending: dict = {}  # task ref -> Task, submitted and not yet handed back
         if not ray.is_initialized():
             if address:
                 kwargs = {"address": address}
@@ -114,34 +123,38 @@ class RayExecutor:
             resources = {"num_gpus": 1, "num_cpus": cpus_per_task or _cpus_per_gpu(ray)}
         else:
             resources = {"num_cpus": cpus_per_task or _largest_node_cpus(ray)}
-        # Pair processes are pinned to device index 0 inside a task: Ray sets CUDA_VISIBLE_DEVICES.
+        # A task's processes are pinned to device index 0: Ray sets CUDA_VISIBLE_DEVICES.
         if device_kind(config.device) == "cuda":
             self.config = config.replace(device="cuda:0")
         # A task that raises is retried like one whose worker or node died (retry_exceptions), as bounded.
         remote = ray.remote(max_retries=options.max_retries, retry_exceptions=True, **resources)
-        self.remote = remote(_measure_on_node)
+        self.remote = remote(_run_on_node)
 
-    def run(self, tasks: Sequence[PairTask]) -> Iterator[dict]:
+    @property
+    def busy(self) -> int:
+        return len(self._pending)
+
+    def has_room(self) -> bool:
+        return True  # Ray queues what the cluster cannot run yet
+
+    def submit(self, task: Task) -> None:
+        self._pending[self.remote.remote(task, self.config, self.extra_env)] = task
+
+    def next_finished(self) -> Finished:
         ray = self.ray
-        pending = self._pending = {self.remote.remote(t, self.config, self.extra_env): t for t in tasks}
-        while pending:
-            done, _ = ray.wait(list(pending), num_returns=1)
-            ref = done[0]
-            task = pending.pop(ref)
-            try:
-                yield ray.get(ref)
-            except Exception as exc:  # retries exhausted, or the task raised
-                text = str(exc).strip().splitlines()
-                yield empty_row(
-                    task,
-                    self.config,
-                    self.device_name,
-                    "failed",
-                    f"ray task failed ({type(exc).__name__}): {text[-1] if text else ''}"[:500],
-                )
+        (ref,), _ = ray.wait(list(self._pending), num_returns=1)
+        task = self._pending.pop(ref)
+        try:
+            return ray.get(ref)
+        except Exception as exc:  # retries exhausted, or the task raised
+            text = str(exc).strip().splitlines()
+            error = f"ray task failed ({type(exc).__name__}): {text[-1] if text else ''}"[:500]
+            if isinstance(task, PairTask):
+                return Finished.pair(task, empty_row(task, self.config, self.device_name, "failed", error))
+            return Finished(task, None, "failed", error)
 
     def close(self) -> None:
-        # A campaign that stops early (an error, Ctrl-C) must not leave pair runs going on a cluster that
+        # A campaign that stops early (an error, Ctrl-C) must not leave runs going on a cluster that
         # outlives this driver: they would load nodes that later runs measure on.
         for ref in self._pending:
             try:
