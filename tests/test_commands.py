@@ -228,7 +228,7 @@ def test_flops_from_the_profiler_match_the_workloads_counter(which):
     torch = pytest.importorskip("torch")
     nn = torch.nn
     from sharewise.profiler.flops import make_flop_counter
-    from sharewise.profiler.stephook import profiled_flops
+    from sharewise.profiler.recorded_flops import profiled_flops
 
     torch.manual_seed(0)
     if which == "cnn":
@@ -254,7 +254,7 @@ def test_flops_from_the_profiler_match_the_workloads_counter(which):
 
 
 def test_conv_output_shape_by_hand():
-    from sharewise.profiler.stephook import conv_output_shape
+    from sharewise.profiler.recorded_flops import conv_output_shape
 
     # (16 + 2*1 - 1*(3-1) - 1) // 2 + 1 = 8
     assert conv_output_shape([(4, 3, 16, 16), (8, 3, 3, 3), None, [2, 2], [1, 1], [1, 1], False, [0, 0], 1]) == (

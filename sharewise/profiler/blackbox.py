@@ -33,9 +33,9 @@ import logging
 import math
 import os
 import queue
-import re
 import shutil
 import signal
+import socket
 import tempfile
 import threading
 import time
@@ -44,6 +44,9 @@ from typing import Any
 from sharewise.errors import SharewiseError
 from sharewise.profiler.commands import CommandSpec, launch, parse_command
 from sharewise.profiler.config import SETTLE_TOLERANCE, RunConfig, device_kind
+from sharewise.profiler.device import cuda_index, device_name
+from sharewise.profiler.hostload import process_tree_cpu_seconds
+from sharewise.profiler.job_process import cuda_visible, job_memory_bytes, output_tail
 from sharewise.profiler.modes import CoreAssignment
 from sharewise.profiler.progress import ProgressReader
 from sharewise.profiler.session import WorkerFailed
@@ -55,8 +58,6 @@ log = logging.getLogger(__name__)
 #: Seconds between two reads of a running job's progress file (steps are timed by their own timestamps;
 #: this only sets how soon the driver notices a window's end).
 POLL_S = 0.005
-#: Characters of the job's output kept in an error message (its last lines, joined by `` | ``).
-TAIL_CHARS = 400
 
 #: Features a command's profile cannot have, and why (``show`` prints these reasons).
 UNMEASURED: dict[str, str] = {
@@ -85,14 +86,6 @@ class _Failed(Exception):
 
 class _Closed(Exception):
     """The driver closed the worker: the monitor thread ends quietly."""
-
-
-def cuda_visible(index: int) -> str:
-    """The ``CUDA_VISIBLE_DEVICES`` value that shows a job the driver's ``cuda:index`` as its only GPU: the
-    driver's own ``CUDA_VISIBLE_DEVICES`` entry at ``index`` (``"2,3"`` and index 1 give ``"3"``), else
-    ``str(index)``."""
-    visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
-    return visible[index] if index < len(visible) else str(index)
 
 
 class CommandWorker:
@@ -140,7 +133,7 @@ class CommandWorker:
                 cores=assignment.cores,
                 threads=assignment.threads,
                 # On the CPU the job must not find a GPU either: the device is sharewise's choice.
-                cuda_devices=cuda_visible(_cuda_index(config.device)) if kind == "cuda" else "",
+                cuda_devices=cuda_visible(cuda_index(config.device)) if kind == "cuda" else "",
                 extra_env=extra_env,
                 stdout=self.log_path,
                 die_with_parent=True,
@@ -277,9 +270,9 @@ class CommandWorker:
             {
                 "event": "ready",
                 "pid": self.pid,
-                "host": _hostname(),
+                "host": socket.gethostname(),
                 "torch_version": self._hook_report().get("info", {}).get("torch_version", ""),
-                "device_name": _device_name(cfg.device),
+                "device_name": device_name(cfg.device),
                 "batch_size": self.command.batch_size or 1,
                 "batch_known": self.command.batch_size is not None,
                 "family": self.command.name,
@@ -301,7 +294,7 @@ class CommandWorker:
         limit = time.monotonic() + max(60.0, 6 * float(msg["window_s"]) + 30.0)
         first = self._wait_steps(1, limit, "window")
         t0, n0 = first[0][1], first[0][0]
-        cpu0 = _tree_cpu_seconds(self.pid)
+        cpu0 = process_tree_cpu_seconds([self.pid])
         window_end = t0 + float(msg["window_s"])
         min_steps = int(msg["min_steps"])
         records = first
@@ -310,7 +303,7 @@ class CommandWorker:
             if end is not None:
                 break
             records = records + self._wait_steps(1, limit, "window")
-        cpu_s = _tree_cpu_seconds(self.pid) - cpu0
+        cpu_s = process_tree_cpu_seconds([self.pid]) - cpu0
         inside = [r for r in records if r[0] <= end[0]]
         times = [b[1] - a[1] for a, b in zip(inside, inside[1:], strict=False)]
         result = summarize_window(times, end[1] - t0)
@@ -386,9 +379,9 @@ class CommandWorker:
         from sharewise.profiler.features import NVML_MIN_WINDOW_S
         from sharewise.profiler.nvml import NvmlSampler
 
-        visible = cuda_visible(_cuda_index(self.config.device))
+        visible = cuda_visible(cuda_index(self.config.device))
         try:
-            sampler = NvmlSampler(int(visible) if visible.isdigit() else _cuda_index(self.config.device))
+            sampler = NvmlSampler(int(visible) if visible.isdigit() else cuda_index(self.config.device))
             sampler.start()
         except (DeviceError, ValueError) as exc:
             log.info("%s: no NVML features: %s", self.command.name, exc)
@@ -480,91 +473,6 @@ class CommandWorker:
 
 class _StartRefused(SharewiseError):
     """A command the worker refuses to start (reported like a failed start)."""
-
-
-def output_tail(path: str, chars: int = TAIL_CHARS) -> str:
-    """The last lines of a job's output as one line: ``"; output ends: line | line"`` (empty if none).
-
-    The profiler's own start/stop chatter of some torch builds (``USDT:...``) is left out.
-    """
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            fh.seek(max(0, fh.tell() - 8 * chars))
-            text = fh.read().decode(errors="replace")
-    except OSError:
-        return ""
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not re.match(r"USDT:", ln.strip())]
-    if not lines:
-        return ""
-    tail = " | ".join(lines[-4:])
-    return f"; output ends: {tail[-chars:]}"
-
-
-def _cuda_index(device: str) -> int:
-    return int(device.split(":", 1)[1]) if ":" in device else 0
-
-
-def _hostname() -> str:
-    import socket
-
-    return socket.gethostname()
-
-
-def _device_name(device: str) -> str:
-    from sharewise.profiler.device import device_name
-
-    return device_name(device)
-
-
-def _tree_cpu_seconds(pid: int) -> float:
-    from sharewise.profiler.hostload import process_tree_cpu_seconds
-
-    return process_tree_cpu_seconds([pid])
-
-
-def job_memory_bytes(pid: int, device: str) -> float:
-    """Memory a paused job holds: on CUDA its processes' device memory (NVML), on CPU their resident sets."""
-    import psutil
-
-    try:
-        root = psutil.Process(pid)
-        procs = [root, *root.children(recursive=True)]
-    except psutil.Error:
-        return 0.0
-    if device_kind(device) == "cuda":
-        used = _nvml_process_memory({p.pid for p in procs}, device)
-        if used is not None:
-            return used
-        from sharewise.profiler.device import FIRST_START_BYTES
-
-        return float(FIRST_START_BYTES["cuda"])
-    total = 0.0
-    for p in procs:
-        try:
-            total += p.memory_info().rss
-        except psutil.Error:
-            continue
-    return total
-
-
-def _nvml_process_memory(pids: set[int], device: str) -> float | None:
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-    except Exception:  # no NVML
-        return None
-    try:
-        visible = cuda_visible(_cuda_index(device))
-        handle = pynvml.nvmlDeviceGetHandleByIndex(int(visible) if visible.isdigit() else _cuda_index(device))
-        mine = [p for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle) if p.pid in pids]
-        # No match: the driver shows pids of another namespace (a container), so the use is unknown.
-        return float(sum(p.usedGpuMemory or 0 for p in mine)) if mine else None
-    except Exception:  # a driver that hides processes (containers): unknown
-        return None
-    finally:
-        pynvml.nvmlShutdown()
 
 
 def start_worker(
