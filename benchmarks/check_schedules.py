@@ -41,7 +41,7 @@ def run_cell(cell: Cell) -> dict:
     """Every registered policy and the suite's ablations on one cell: a fingerprint each."""
     from sharewise.app.simulate import SimulationConfig, run_policy
     from sharewise.app.simulate import prepare as prepare_inputs
-    from sharewise.policy import get_policy, policy_names
+    from sharewise.policy import event_driven_names, get_policy
     from sharewise.policy.simulator import simulate
 
     config = SimulationConfig(
@@ -51,7 +51,7 @@ def run_cell(cell: Cell) -> dict:
     )
     inputs = prepare_inputs(config)
     out = {}
-    for name in policy_names():
+    for name in event_driven_names():  # as the suite: PAL's round-based artifact policies run in bench_pal_setting.py
         r = run_policy(name, inputs, config)
         out[name] = fingerprint(r.start, r.finish)
     for label, knobs in ABLATIONS:
