@@ -72,6 +72,7 @@ def golden_config(data: Path) -> SimulationConfig:
         speed_sigma=0.1,
         cross_node_slowdown=1.25,
         seed=3,
+        policies=tuple(policy_names()),  # every registered policy, the round-based ones included
     )
 
 
@@ -91,6 +92,19 @@ def test_golden_trace(tmp_path):
     expected = json.loads(expected_path.read_text())
     assert got == expected
     assert set(got["policies"]) == set(policy_names())
+
+
+def test_by_default_round_based_policies_run_only_with_rounds(tmp_path):
+    """PAL's artifact policies re-place every job at every call: by default they run where rounds are given."""
+    from dataclasses import replace
+
+    from sharewise.policy import event_driven_names
+
+    cfg = replace(golden_config(golden_dataset(tmp_path / "truth")), policies=())
+    assert list(run_simulation(cfg).results) == event_driven_names()
+    assert set(run_simulation(replace(cfg, round_s=360.0)).results) == set(policy_names())
+    assert set(policy_names()) - set(event_driven_names()) == {
+        "packed-sticky-artifact", "packed-non-sticky", "pm-first-artifact", "pal-artifact"}
 
 
 def test_golden_cli_matches_library(tmp_path, capsys):
@@ -113,6 +127,7 @@ def test_golden_cli_matches_library(tmp_path, capsys):
         "1.25",
         "--seed",
         "3",
+        *[arg for name in cfg.policies for arg in ("--policy", name)],
         "--json",
         "--plot",
         str(tmp_path / "plots"),

@@ -18,7 +18,7 @@ from sharewise.datasets.tables import read_predictions
 from sharewise.datasets.traces import AUTO, TRACE_FORMATS, Trace, TraceContext, detect_format, load_trace
 from sharewise.datasets.variability import PAL_SEED, GpuVariability, read_class_mapping, read_variability
 from sharewise.errors import ConfigError, DatasetError, TraceError
-from sharewise.policy import get_policy, policy_names
+from sharewise.policy import event_driven_names, get_policy, policy_names
 from sharewise.policy.simulator import Cluster, SimulationResult, seeded_speeds, simulate
 from sharewise.policy.table import SlowdownTable
 
@@ -213,7 +213,9 @@ def run_simulation(config: SimulationConfig) -> SimulationReport:
     SimulationReport
         ``results`` maps each policy name to its ``SimulationResult``; ``to_json()`` gives the CLI's JSON.
     """
-    names = list(config.policies) or policy_names()
+    # By default every policy defined for the run's scheduling: PAL's round-based artifact policies re-place
+    # every running job at every call, which event-driven runs of a long trace cannot afford.
+    names = list(config.policies) or (policy_names() if config.round_s else event_driven_names())
     for name in names:
         get_policy(name)  # an unknown name fails before anything is read
     inputs = prepare(config)

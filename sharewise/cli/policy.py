@@ -47,7 +47,10 @@ def simulate(
         help="Truth: dataset folder with measured pairs ('reference'; 'none': no pair data, no job shares a GPU).",
     ),
     policy: list[str] = typer.Option(
-        None, "--policy", "-p", help=one_of("Policy to simulate (repeat the option; default: all)", POLICIES)
+        None, "--policy", "-p", help=one_of(
+            "Policy to simulate (repeat the option; default: every event-driven one, and with --round-s PAL's "
+            "round-based artifact policies too)", POLICIES,
+        )
     ),
     gpus: int = typer.Option(160, "--gpus", help="GPUs in the simulated cluster."),
     gpus_per_node: int = typer.Option(8, "--gpus-per-node", help="GPUs per node."),
