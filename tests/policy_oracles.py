@@ -63,6 +63,11 @@ def fastest_block(free: np.ndarray, speed: np.ndarray, node: np.ndarray, k: int,
     return best
 
 
+def budget(slo, work, speed, ran):
+    """Wall seconds a job that started ``ran`` seconds ago may still run and end within the SLO (arrays)."""
+    return slo * work / speed - ran
+
+
 def shared_completion(e_a, e_b, s_a, s_b):
     """``(C_a, C_b)``: when two jobs sharing from now until the first one ends, end (arrays)."""
     f_a = s_a * e_a
@@ -149,16 +154,14 @@ def multi_join_holds(job, wl, rem, shared, sp, cluster: ClusterState, q, n, now,
     ea = rem / sp
     t = max([0.0] + [float(q[wl * n + wl_of[resident[g, 0]]]) for g in shared]) * ea
     start = cluster.job_start[job]
-    bud_a = slo * ea if np.isnan(start) else slo * cluster.job_work[job] / sp - (now - start)
-    if not t <= bud_a:
+    if not t <= (slo * ea if np.isnan(start) else budget(slo, cluster.job_work[job], sp, now - start)):
         return False
     for g in shared:
         b = resident[g, 0]
         q_ba = q[wl_of[b] * n + wl]
         eb = cluster.job_remaining[b] / cluster.speed[g]
-        if not min(q_ba * eb, eb + t * (1 - 1 / q_ba)) <= slo * cluster.job_work[b] / cluster.speed[g] - (
-            now - cluster.job_start[b]
-        ):
+        if not min(q_ba * eb, eb + t * (1 - 1 / q_ba)) <= budget(slo, cluster.job_work[b], cluster.speed[g],
+                                                                  now - cluster.job_start[b]):
             return False
     return True
 
@@ -203,10 +206,10 @@ def sharewise_placements(queue: Queue, cluster: ClusterState, table: SlowdownTab
     shared_elsewhere[resident[resident[:, 1] >= 0].ravel()] = True
     sp, res = cluster.speed[single], partner[single]
     job_a = queue.job[waiting]
-    budget = max_slowdown * cluster.job_work[res] / sp - (now - cluster.job_start[res])
-    budget_a = max_slowdown * cluster.job_work[job_a][:, None] / sp[None, :] - (now - cluster.job_start[job_a][:, None])
+    bud = budget(max_slowdown, cluster.job_work[res], sp, now - cluster.job_start[res])
+    bud_a = budget(max_slowdown, cluster.job_work[job_a][:, None], sp[None, :], now - cluster.job_start[job_a][:, None])
     saving = savings(queue.workload[waiting], queue.remaining[waiting], release_a, partner_wl[single],
-                     remaining[single] / sp, budget, sp, table, slo_quantile, quantile, max_slowdown, budget_a,
+                     remaining[single] / sp, bud, sp, table, slo_quantile, quantile, max_slowdown, bud_a,
                      ~shared_elsewhere[res])
     n_good = (saving > 0).sum(axis=1)
     q = pair_constants(table, slo_quantile)[1]

@@ -836,6 +836,7 @@ def test_strict_fifo_stops_at_the_head_backfill_passes_it():
 def test_sharewise_kernels_match_the_closed_forms(seed):
     """The compiled scoring and release kernels give, bit for bit, what the numpy closed forms of the oracle
     (``tests/policy_oracles.py``) give."""
+    from policy_oracles import budget
     from policy_oracles import release_times as release_oracle
     from policy_oracles import savings as savings_oracle
 
@@ -883,11 +884,11 @@ def test_sharewise_kernels_match_the_closed_forms(seed):
         got, n_good = savings(joiners, release_a, single, (partner, partner_wl, rem), speed, job_arrays, pairs, knobs,
                               shared_elsewhere)
         sp = speed[single]
-        budget = slo * work[partner[single]] / sp - (now - start[partner[single]])
-        budget_a = slo * work[job_a][:, None] / sp[None, :] - (now - start[job_a][:, None])
+        bud = budget(slo, work[partner[single]], sp, now - start[partner[single]])
+        bud_a = budget(slo, work[job_a][:, None], sp[None, :], now - start[job_a][:, None])
         want = savings_oracle(
-            wl_a, rem_a, release_a, partner_wl[single], rem[single] / sp, budget, sp, tab, q_slo, q_gain, slo,
-            budget_a, ~shared_elsewhere[partner[single]],
+            wl_a, rem_a, release_a, partner_wl[single], rem[single] / sp, bud, sp, tab, q_slo, q_gain, slo,
+            bud_a, ~shared_elsewhere[partner[single]],
         )
         assert np.isneginf(want[:, 0]).all()  # the resident that shares another GPU
         assert np.isfinite(want).any() and np.array_equal(got, want)
