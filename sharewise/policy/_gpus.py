@@ -9,12 +9,12 @@ whose free entries compare equal to 0: counts of jobs, or a mask of the GPUs not
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from sharewise.policy._compiled import kernel
 from sharewise.policy._order import stable_order
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def pick_free_gpus(occupancy, node, k):  # pragma: no cover - compiled; tested against the oracle
     """``k`` free GPUs on as few nodes as possible, ascending; empty if fewer than ``k`` (or none) are asked
     for or free. A job that fits on one node goes to the lowest node with the fewest free GPUs that still
@@ -66,7 +66,7 @@ def pick_free_gpus(occupancy, node, k):  # pragma: no cover - compiled; tested a
     return np.flatnonzero(chosen)
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def fastest_block(occupancy, speed, node, k, penalty):  # pragma: no cover - compiled; tested against the oracle
     """The ``k`` free GPUs with the best effective speed (PAL's placement rule), fastest first.
 
@@ -115,7 +115,7 @@ def fastest_block(occupancy, speed, node, k, penalty):  # pragma: no cover - com
     return best
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def effective_speed(gpus, speed, node, penalty):  # pragma: no cover - compiled
     """PAL's effective speed of a job on ``gpus``: its slowest GPU's ``speed``, over ``penalty`` when the GPUs
     span nodes; with the number of nodes spanned."""
@@ -130,14 +130,14 @@ def effective_speed(gpus, speed, node, penalty):  # pragma: no cover - compiled
     return slowest / (penalty if spans > 1 else 1.0), spans
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def _block_key(gpus, speed, node, penalty, free_on, n_free):  # pragma: no cover - compiled
     """``(-effective speed, nodes spanned, free GPUs of its node)``: the lower the better (``fastest_block``)."""
     eff, spans = effective_speed(gpus, speed, node, penalty)
     return -eff, spans, free_on[node[gpus[0]]] if spans == 1 else n_free
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def lone_residents(occupancy, resident, job_workload, job_remaining, n_workloads):  # pragma: no cover
     """Return ``(partner, partner_wl, remaining, alone)``: per GPU the job alone on it (``-1`` if the GPU is
     free or full), its workload id (``-1`` likewise) and its remaining exclusive time (0 elsewhere); per

@@ -7,10 +7,11 @@ it replaces gives (``tests/test_policy.py`` holds them to numpy and to ``tests/p
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from sharewise.policy._compiled import kernel
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def lex_order(first, second):  # pragma: no cover - compiled; tested against numpy
     """Positions in ascending ``first``, ties in ascending ``second``, then ascending position: a bottom-up
     merge sort, so with ``second`` equal to ``first`` it is ``np.argsort(first, kind="stable")``."""
@@ -45,13 +46,13 @@ def lex_order(first, second):  # pragma: no cover - compiled; tested against num
     return order
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def stable_order(keys):  # pragma: no cover - compiled; tested against np.argsort(kind="stable")
     """``np.argsort(keys, kind="stable")``."""
     return lex_order(keys, keys)
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def smallest(keys, m):  # pragma: no cover - compiled; tested against np.argsort(kind="stable")
     """The first ``m`` positions of ``stable_order(keys)``, by insertion into a sorted buffer: linear in
     ``len(keys)`` for the few ``m`` a policy call needs."""
@@ -76,7 +77,7 @@ def smallest(keys, m):  # pragma: no cover - compiled; tested against np.argsort
     return out
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def select_smallest(values, m):  # pragma: no cover - compiled; tested against np.partition
     """The ``m`` smallest of ``values`` (``1 <= m <= len``), in no particular order: Hoare's quickselect
     with a median-of-three pivot, on a copy (what ``np.partition(values, m - 1)[:m]`` holds)."""
@@ -105,7 +106,7 @@ def select_smallest(values, m):  # pragma: no cover - compiled; tested against n
     return a[:m].copy()
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def by_sensitivity(positions, remaining, gpus):  # pragma: no cover - compiled; tested against the oracle
     """``positions`` most variability-sensitive first: longest ``remaining`` first, ties to more ``gpus``, then
     to the lower position (``pm_first.by_sensitivity`` states why)."""

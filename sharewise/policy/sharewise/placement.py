@@ -14,8 +14,8 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit
 
+from sharewise.policy._compiled import kernel
 from sharewise.policy._gpus import fastest_block, lone_residents, pick_free_gpus
 from sharewise.policy._order import by_sensitivity, smallest, stable_order
 from sharewise.policy.base import Placement, Queue
@@ -58,7 +58,7 @@ def _rows(queue: Queue, positions: np.ndarray, gpus: np.ndarray) -> list[Placeme
     return out
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def place_kernel(gpus, jobs, waiting, pairs, knobs):  # pragma: no cover - compiled; tested against the oracle
     """Steps 1 and 2 up to the assignment (``Placed``); arguments are ``Gpus``, ``Jobs``, ``Waiting``, ``Pairs``
     and ``Knobs`` as plain tuples (``arrays``)."""
@@ -73,7 +73,7 @@ def place_kernel(gpus, jobs, waiting, pairs, knobs):  # pragma: no cover - compi
     return Placed(started, start_gpus, joined, join_gpus, single, cost, cost_rows, cols)
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def prepare(occ, gpus, jobs, waiting, allowed, head):  # pragma: no cover - compiled; tested against the oracle
     """One call's set-up: the lone residents (``_gpus.lone_residents``), the queued jobs that could start now
     (enough free GPUs, or GPUs they may join), and those jobs' SJF walk over the free GPUs (``sjf_walk``).
@@ -107,7 +107,7 @@ def prepare(occ, gpus, jobs, waiting, allowed, head):  # pragma: no cover - comp
     return lone, n_free, cand[starting], cand[rows]
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def sjf_walk(keys, gpus, n_free, head):  # pragma: no cover - compiled; tested against the Python walk
     """Walk positions in ascending ``keys`` (ties: lower position first) while ``n_free`` GPUs last: a job
     asking for at most the GPUs still free starts, any other waits. Return ``(starting, waiting)``; the walk
@@ -149,7 +149,7 @@ def sjf_walk(keys, gpus, n_free, head):  # pragma: no cover - compiled; tested a
     return starting[:ns].copy(), waiting[:nw].copy()
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def start_on_free_gpus(occ, n_free, lone, starting, gpus, jobs, waiting):  # pragma: no cover - compiled
     """Place the jobs at queue positions ``starting`` on free GPUs, longest first (``_order.by_sensitivity``):
     packed where every placement is equally fast for the job, else on ``fastest_block`` by its class's speeds.

@@ -14,8 +14,8 @@ violations from 7 to 3 and Philly's from 14 to 1.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from sharewise.policy._compiled import kernel
 from sharewise.policy.base import Placement, Queue, readonly
 from sharewise.policy.sharewise.arrays import Gpus, Jobs, Knobs, Pairs
 from sharewise.policy.sharewise.slo import calm, end_bound, shared_ends
@@ -47,7 +47,7 @@ def recheck(placed: list[Placement], view: View, queue: Queue, unsure: np.ndarra
     return False
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def rescue_kernel(placed_at, q, n, gpus, jobs, knobs):  # pragma: no cover - compiled; hand-checked cases
     """The jobs to pause where jobs sharing GPUs, at ``q`` (flattened slowdowns, ``n`` workloads), would not all
     end within the SLO and pausing some of them leaves fewer over it.
@@ -218,7 +218,7 @@ def rescue_kernel(placed_at, q, n, gpus, jobs, knobs):  # pragma: no cover - com
     return out[:m]
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def _effective(x, on, resident, speed, node, cross, job_workload, q, n):  # pragma: no cover - compiled
     """Job ``x`` on its GPUs ``on``: ``(slowdown, speed)``, its slowdown next to the jobs sharing its GPUs now (it
     runs at the rate of its worst GPU) and its effective speed alone (slowest GPU over the cross-node slowdown
@@ -236,7 +236,7 @@ def _effective(x, on, resident, speed, node, cross, job_workload, q, n):  # prag
     return slowest / worst, slowest / (cross if spans else 1.0)
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def _pause_choice(share_bad, share_sum, bad_0, sum_0, bad_1, sum_1):  # pragma: no cover - compiled
     """Which way on wins (-1 share on, 0 or 1 a pause): a pause only where it leaves fewer jobs over the
     SLO, the one with the fewest, then the smallest summed end time."""
@@ -248,7 +248,7 @@ def _pause_choice(share_bad, share_sum, bad_0, sum_0, bad_1, sum_1):  # pragma: 
     return best
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def _two_jobs(e_a, w_a, ran_a, s_a, d_a, lim_a, e_b, w_b, ran_b, s_b, d_b, lim_b, limit):  # pragma: no cover
     """The way on for two jobs sharing only with each other: -1 share on, 0 pause b, 1 pause a; ``lim_*`` the
     realized slowdown that job must keep when it is the one paused."""

@@ -18,9 +18,9 @@ GPUs is not offered: that job runs slowed there, for a time the check cannot see
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 from scipy.optimize import linear_sum_assignment
 
+from sharewise.policy._compiled import kernel
 from sharewise.policy._gpus import pick_free_gpus
 from sharewise.policy._order import select_smallest, stable_order
 from sharewise.policy.base import ClusterState, Placement
@@ -40,7 +40,7 @@ def release_times(cluster: ClusterState, table: SlowdownTable, m: int | None = N
                     table.p50, cluster.n_gpus if m is None else min(m, cluster.n_gpus))
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def releases(resident, remaining, workload, speed, allowed, p50, m):  # pragma: no cover - compiled
     """``release_times`` on arrays: the ``m`` soonest, ascending. A pair's release is the later of its two ends
     (``slo.shared_ends``); neighbouring GPUs of the same job(s) at the same speed are computed once."""
@@ -68,7 +68,7 @@ def releases(resident, remaining, workload, speed, allowed, p50, m):  # pragma: 
     return out[stable_order(out)]
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def savings(joiners, release, single, lone, speed, jobs, pairs, knobs, shared_elsewhere):  # pragma: no cover
     """Return ``(saving, n_good)``: the (joiners x lone residents) time saved by joining, ``-inf`` where
     forbidden, and per joiner the number of GPUs where it saves time (``saving > 0``).
@@ -141,7 +141,7 @@ def savings(joiners, release, single, lone, speed, jobs, pairs, knobs, shared_el
     return out, n_good
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def gains(joiners, lone, gpus, jobs, pairs, knobs):  # pragma: no cover - compiled
     """Return ``(single, saving, n_good)`` for the waiting jobs ``joiners``: the GPUs holding one job and
     ``savings`` against them, where a job's alternative is its turn in the predicted releases (``releases``:
@@ -181,7 +181,7 @@ def gains(joiners, lone, gpus, jobs, pairs, knobs):  # pragma: no cover - compil
     return single, saving, n_good
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def rows_that_may_save(wl_a, rem_a, release_a, single, speed, pairs):  # pragma: no cover - compiled
     """The waiting jobs (rows of ``savings``) that may save time on some GPU, ascending; every other row's
     savings are all <= 0 (or forbidden), so leaving them forbidden changes no placement.
@@ -217,7 +217,7 @@ def rows_that_may_save(wl_a, rem_a, release_a, single, speed, pairs):  # pragma:
     return live[:n_live]
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def best_columns(row, need):  # pragma: no cover - compiled; tested against the oracle
     """The ``need`` columns of ``row`` with the largest values, largest first (ties: the lower column first),
     as ``np.argsort(-row, kind="stable")[:need]`` gives them."""
@@ -233,7 +233,7 @@ def best_columns(row, need):  # pragma: no cover - compiled; tested against the 
     return out
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def multi_join_holds(job, wl, rem, shared, sp, gpus, jobs, q, n, now, max_slowdown):  # pragma: no cover
     """The SLO check of a multi-GPU job (``job``, workload ``wl``, ``rem`` exclusive seconds left, ``sp`` the
     speed of its slowest GPU) joining the lone residents of GPUs ``shared``, all at once; ``q`` at the SLO's
@@ -264,7 +264,7 @@ def multi_join_holds(job, wl, rem, shared, sp, gpus, jobs, q, n, now, max_slowdo
     return True
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def offer(occ, n_free, lone, rows, gpus, jobs, waiting, pairs, knobs):  # pragma: no cover - compiled
     """The sharing step on the cluster after step 1 (``occ``, ``n_free``, ``lone``: as step 1 left them) for
     the waiting jobs at queue positions ``rows``: ``(joined, join_gpus, single, cost, cost_rows, cost_cols)``.
@@ -325,7 +325,7 @@ def offer(occ, n_free, lone, rows, gpus, jobs, waiting, pairs, knobs):  # pragma
     return joined[:n_joined], join_gpus[:o], single, cost, rows[cost_rows], cost_cols
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def assignment_costs(saving, k_a, taken, forbidden):  # pragma: no cover - compiled; tested via the policy
     """Return ``(cost, rows, cols)`` for the one assignment of single-GPU waiting jobs to shared GPUs:
     the rows (jobs asking one GPU) and columns (GPUs not ``taken``) with at least one saving cell, ``cost``

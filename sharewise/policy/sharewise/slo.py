@@ -10,17 +10,18 @@ a 1,000 s job that started 300 s ago on a speed-1 GPU has ``budget = 2 x 1000 - 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from sharewise.policy._compiled import kernel
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def budget(slo, work, speed, ran):  # pragma: no cover - compiled
     """Wall seconds a job that started ``ran`` seconds ago may still run and end within the SLO:
     ``slo * work / speed - ran``."""
     return slo * work / speed - ran
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def joiner_budget(slo, work, e, speed, start, now):  # pragma: no cover - compiled
     """``budget`` of a job about to join GPUs of ``speed`` (``e`` exclusive seconds left there): one that never
     ran (``start`` NaN) has ``slo * e``, one preempted before what is left of its own."""
@@ -29,28 +30,28 @@ def joiner_budget(slo, work, e, speed, start, now):  # pragma: no cover - compil
     return budget(slo, work, speed, now - start)
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def slack(slo, work, remaining, delay, speed, ran):  # pragma: no cover - compiled
     """Wall seconds a job may still wait and then run alone to its end (paying the restart cost ``delay``)
     within the SLO: ``(slo * work - remaining - delay) / speed - ran``."""
     return (slo * work - remaining - delay) / speed - ran
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def urgency_limit(slo, urgency, work):  # pragma: no cover - compiled
     """The slack (on a speed-1.0 GPU) below which a preempted job is urgent: ``urgency`` of its SLO
     allowance, ``urgency * (slo - 1) * work``."""
     return urgency * (slo - 1.0) * work
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def calm(slo, urgency):  # pragma: no cover - compiled
     """The realized slowdown a job keeps its urgency slack within: the SLO less the urgency limit per second
     of work (a paused multi-GPU job must stay within it: getting all its GPUs back can take long)."""
     return slo - urgency_limit(slo, urgency, 1.0)
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def shared_ends(e_a, e_b, s_a, s_b):  # pragma: no cover - compiled
     """``(C_a, C_b)``: when two jobs sharing from now until the first one ends, end. ``e`` are remaining
     exclusive times, ``s`` slowdowns next to each other; the one that ends first does so at ``s * e``, the
@@ -62,7 +63,7 @@ def shared_ends(e_a, e_b, s_a, s_b):  # pragma: no cover - compiled
     return f_b + e_a - f_b / s_a, f_b
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def end_bound(s, e, t):  # pragma: no cover - compiled
     """When a job (``e`` exclusive seconds left, slowdown ``s`` next to a partner that stays at most ``t``
     seconds) ends at the latest, whatever order the two end in: ``min(s e, e + t (1 - 1/s))``. The bound of a

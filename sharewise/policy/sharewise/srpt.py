@@ -16,8 +16,8 @@ call.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from sharewise.policy._compiled import kernel
 from sharewise.policy._order import smallest
 from sharewise.policy.base import Placement, Queue
 from sharewise.policy.sharewise.arrays import Gpus, Jobs, Knobs, Waiting, waiting_of
@@ -42,7 +42,7 @@ def preemptions(queue: Queue, start: list[Placement], stopped: list[int], view: 
     return taken, victims.tolist()
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def srpt_kernel(occupancy, started, stopped, gpus, jobs, waiting, knobs):  # pragma: no cover - compiled
     """``preemptions`` on arrays: ``started`` and ``stopped`` the job ids this call placed and stopped, and
     ``Gpus``, ``Jobs``, ``Waiting``, ``Knobs`` as plain tuples (``gpus.occupancy`` is not read, ``occupancy``

@@ -12,8 +12,8 @@ next preempted job becomes urgent.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from sharewise.policy._compiled import kernel
 from sharewise.policy._order import stable_order
 from sharewise.policy.base import Placement
 from sharewise.policy.sharewise.arrays import Gpus, Jobs, Knobs, Waiting, waiting_of
@@ -36,7 +36,7 @@ def restarts(view: View, jobs: Jobs, knobs: Knobs) -> tuple[list[Placement], lis
     return start, stopped.tolist(), float(wake)
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def urgent_jobs(job, remaining, start, work, knobs):  # pragma: no cover - compiled
     """The queue positions of preempted jobs (queued ``job`` ids, their ``remaining`` exclusive seconds; per job
     id its first ``start`` and ``work``) whose slack is down to their urgency limit, least slack first, and the
@@ -62,7 +62,7 @@ def urgent_jobs(job, remaining, start, work, knobs):  # pragma: no cover - compi
     return picked[:m][stable_order(left[:m])], wake
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def restarts_kernel(urgent, gpus, jobs, waiting, knobs):  # pragma: no cover - compiled; tested against the oracle
     """The urgent jobs at queue positions ``urgent`` (least slack first) take free GPUs or victims' (``Gpus``,
     ``Jobs``, ``Waiting`` and ``Knobs`` as plain tuples): ``(started, gpus, stopped)``, queue position

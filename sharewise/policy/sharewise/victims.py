@@ -15,8 +15,8 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit
 
+from sharewise.policy._compiled import kernel
 from sharewise.policy._gpus import pick_free_gpus
 from sharewise.policy.sharewise.slo import slack, urgency_limit
 
@@ -34,7 +34,7 @@ class Victims(NamedTuple):
     spare: np.ndarray
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def victims_of(occupancy, resident, speed, jobs, excluded, knobs):  # pragma: no cover - compiled
     """The ``Victims`` of a cluster (``jobs``: ``arrays.Jobs``), leaving out the jobs in ``excluded``."""
     job, slowest, first, gpus = lone_jobs(occupancy, resident, speed, jobs.ngpus, excluded)
@@ -49,14 +49,14 @@ def victims_of(occupancy, resident, speed, jobs, excluded, knobs):  # pragma: no
     return Victims(job, slowest, first, gpus, remaining, spare)
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def may_wait(victims, v, cost):  # pragma: no cover - compiled
     """Whether victim ``v`` keeps more slack than its urgency limit after waiting ``cost`` seconds (on a
     speed-1.0 GPU)."""
     return victims.spare[v] > cost / victims.slowest[v]
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def take(victims, eligible, taken, occupancy, node, k):  # pragma: no cover - compiled; tested against the oracle
     """GPUs for a job of ``k`` GPUs: the free ones (``occupancy`` 0) plus those of the victims marked in
     ``eligible`` and not ``taken``, longest remaining first (first of equals: the lower index, as a stable sort
@@ -107,7 +107,7 @@ def take(victims, eligible, taken, occupancy, node, k):  # pragma: no cover - co
     return picked, used[:n_used]
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def stop(victims, used, taken, occupancy):  # pragma: no cover - compiled
     """Mark the victims ``used`` taken and their GPUs free in ``occupancy``; return how many GPUs that frees."""
     freed = 0
@@ -120,7 +120,7 @@ def stop(victims, used, taken, occupancy):  # pragma: no cover - compiled
     return freed
 
 
-@njit(cache=True, nogil=True)
+@kernel
 def lone_jobs(occupancy, resident, speed, job_ngpus, excluded):  # pragma: no cover - compiled
     """The running jobs that hold every one of their GPUs alone (``occupancy`` 1, slot 1 empty) and are not in
     ``excluded``: ``(jobs, slowest speed, first, gpus)``, where ``gpus[first[i]:first[i + 1]]`` are job
