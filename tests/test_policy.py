@@ -10,14 +10,15 @@ import numpy as np
 import pandas as pd
 import pytest
 from conftest import run_cli
+from policy_oracles import shared_completion
 
 from sharewise.errors import ConfigError, DatasetError, SchemaError, TraceError, UnknownWorkloadError
 from sharewise.policy import REGISTRY, Placement, get_policy, policy_names
 from sharewise.policy.base import ClusterState, Queue, as_decision, check_placements, smallest_first
-from sharewise.policy.interference_aware import shared_completion, sharewise
 from sharewise.policy.pairing import plan_pairs
 from sharewise.policy.pal import pal
 from sharewise.policy.pm_first import pm_first
+from sharewise.policy.sharewise import sharewise
 from sharewise.policy.sjf_bsbf import sharing_times, sjf_bsbf
 from sharewise.policy.table import SlowdownTable
 from sharewise.predictor.memory import memory_fit
@@ -255,8 +256,12 @@ def test_sjf_ffs_shares_without_looking_at_slowdowns():
 
 # ---- ours ------------------------------------------------------------------------------------------
 def test_shared_completion_hand_computed():
+    from sharewise.policy.sharewise.slo import shared_ends
+
     c_a, c_b = shared_completion(np.array([2.0]), np.array([4.0]), np.array([1.5]), np.array([1.5]))
     assert (c_a[0], c_b[0]) == pytest.approx((3.0, 5.0))
+    assert shared_ends(2.0, 4.0, 1.5, 1.5) == pytest.approx((3.0, 5.0))
+    assert shared_ends(4.0, 2.0, 1.5, 1.5) == pytest.approx((5.0, 3.0))  # b ends first: a runs alone after
 
 
 def _ours_case(p50, p90, e_a=100.0, e_b=10_000.0, slo=2.0, start_b=0.0, work_b=10_000.0, start_a=np.nan):
@@ -369,6 +374,36 @@ def test_sharewise_preempts_a_long_job_for_a_short_one_while_the_slo_holds():
     cluster = make_cluster([[0, -1]], 20, remaining=np.full(20, 9_000.0), work=np.full(20, 10_000.0))
     tab = table(np.full((1, 1), 1.5), allowed=np.zeros((1, 1), bool))
     assert sharewise(queue, cluster, tab, 1_000.0, preempt=False) == []
+
+
+def test_sharewise_knobs_are_one_frozen_params_object_overridden_by_keyword():
+    """Every knob is a field of ``Params``; a keyword overrides one (so an ablation or a sweep is a
+    ``functools.partial`` of the registered function), an unknown one is refused naming the known ones. The
+    preemption ratio, editable only in source before: job 10's 2,400 s is too long to pause job 0 (9,000 s
+    left) at the default ratio 4 (9,000 <= 4 x 2,400), not at 2 (9,000 > 2 x 2,400, and job 0 keeps its
+    urgency slack: 10,000 - 2,400 / 0.5 = 5,200 > 5,000)."""
+    import functools
+
+    from sharewise.policy.sharewise import PARAMS, Params
+
+    n = 20
+    remaining, work, start = np.zeros(n), np.ones(n), np.full(n, np.nan)
+    remaining[0], work[0], start[0] = 9_000.0, 10_000.0, 0.0
+    cluster = make_cluster([[0, -1]], n, remaining=remaining, work=work, start=start)
+    queue = make_queue([(10, 2_400.0, 1, 0)])
+    tab = table(np.full((1, 1), 1.5), allowed=np.zeros((1, 1), bool))
+    assert as_decision(sharewise(queue, cluster, tab, 1_000.0)).preempt == ()
+    sweep = functools.partial(get_policy("sharewise"), preempt_ratio=2.0)
+    assert as_decision(sweep(queue, cluster, tab, 1_000.0)).preempt == (0,)
+    assert as_decision(sharewise(queue, cluster, tab, 1_000.0, params=Params(preempt_ratio=2.0))).preempt == (0,)
+    assert sharewise(queue, cluster, tab, 1_000.0, preempt=False) == []
+    with pytest.raises(TypeError, match="no knob head; its knobs are .*preempt_ratio"):
+        sharewise(queue, cluster, tab, 1_000.0, head=32)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        PARAMS.urgency = 0.3
+    with pytest.raises(ValueError, match="quantile must be 'p10', 'p50' or 'p90', got 'p95'"):
+        Params(quantile="p95")
+    assert PARAMS.sharing_head == 24 and PARAMS.srpt_head == 32  # two heads, named for what each bounds
 
 
 def _rescue_case(s_ab, s_ba, work_b=1_000.0, queue_rows=(), start_a=-1_000.0, gpus=1, placed_at=None):
@@ -797,40 +832,17 @@ def test_strict_fifo_stops_at_the_head_backfill_passes_it():
     assert exclusive_fifo_backfill(queue, cluster, tab, 0.0) == [Placement(6, (1,))]
 
 
-def _savings_numpy(wl_a, rem_a, release_a, wl_b, e_b, budget, speed_b, tab, q_slo, q_gain, max_slowdown,
-                   budget_a=None, joinable=None):
-    """The sharing saving of ``interference_aware`` as numpy closed forms over the whole (jobs x GPUs) grid:
-    the array expressions the compiled kernel replaced, transcribed to check it against. ``budget_a``
-    (jobs x GPUs): what the SLO leaves a preempted joiner (NaN for a job that never ran); ``joinable``
-    (GPUs): False where the resident shares another of its GPUs."""
-    ok = tab.allowed
-    q = np.where(ok, getattr(tab, q_slo), 1.0)
-    g = np.where(ok, getattr(tab, q_gain), 1.0)
-    a, b = wl_a[:, None], wl_b[None, :]
-    ea, eb, bud = rem_a[:, None] / speed_b[None, :], e_b[None, :], budget[None, :]
-    q_ab, q_ba, g_ab, g_ba = q[a, b], q[b, a], g[a, b], g[b, a]
-    a_first = q_ab * ea <= q_ba * eb
-    slo = np.where(
-        a_first,
-        (q_ab <= max_slowdown) & (eb + ea * (q_ab * (1 - 1 / q_ba)) <= bud),
-        (q_ba * eb <= bud) & (ea + eb * (q_ba * (1 - 1 / q_ab)) <= max_slowdown * ea),
-    )
-    slo &= ok[a, b] & (eb <= bud)
-    if budget_a is not None:
-        end_a = np.where(a_first, q_ab * ea, ea + eb * (q_ba * (1 - 1 / q_ab)))
-        slo &= np.isnan(budget_a) | (end_a <= budget_a)
-    if joinable is not None:
-        slo &= joinable[None, :]
-    gain_first = g_ab * ea <= g_ba * eb
-    stretch = np.where(gain_first, ea * (2 * g_ab - 1 - g_ab / g_ba), eb * (2 * g_ba - 1 - g_ba / g_ab))
-    return np.where(slo, np.minimum(eb, release_a[:, None]) - stretch, -np.inf)
-
-
 @pytest.mark.parametrize("seed", range(8))
 def test_sharewise_kernels_match_the_closed_forms(seed):
-    """The compiled scoring and release kernels give, bit for bit, what the numpy closed forms give."""
-    from sharewise.policy import _kernels
-    from sharewise.policy.interference_aware import _pair_constants, release_times
+    """The compiled scoring and release kernels give, bit for bit, what the numpy closed forms of the oracle
+    (``tests/policy_oracles.py``) give."""
+    from policy_oracles import budget
+    from policy_oracles import release_times as release_oracle
+    from policy_oracles import savings as savings_oracle
+
+    from sharewise.policy._gpus import lone_residents
+    from sharewise.policy.sharewise.arrays import Jobs, Knobs, Pairs, Waiting, pairs_of
+    from sharewise.policy.sharewise.sharing import release_times, savings
 
     rng = np.random.default_rng(seed)
     n_wl, n_gpus, n_jobs, m = 4, 40, 120, 12
@@ -853,7 +865,7 @@ def test_sharewise_kernels_match_the_closed_forms(seed):
     remaining, workload = work * rng.uniform(0.05, 1.0, n_jobs), rng.integers(0, n_wl, n_jobs)
     start = rng.uniform(0, 3000, n_jobs)
     start[rng.random(n_jobs) < 0.5] = np.nan  # never ran (queued): no budget of their own yet
-    partner, partner_wl, rem, alone = _kernels.lone_residents(occupancy, resident, workload, remaining, n_wl)
+    partner, partner_wl, rem, alone = lone_residents(occupancy, resident, workload, remaining, n_wl)
     single = np.flatnonzero(occupancy == 1)
     assert np.array_equal(partner[single], resident[single, 0]) and np.all(partner[occupancy != 1] == -1)
     assert np.array_equal(partner_wl[single], workload[resident[single, 0]])
@@ -864,81 +876,71 @@ def test_sharewise_kernels_match_the_closed_forms(seed):
     now, slo = 3000.0, 1.6
     shared_elsewhere = np.zeros(n_jobs, dtype=bool)
     shared_elsewhere[resident[occupancy == 2].ravel()] = True
+    job_arrays = Jobs(workload, remaining, work, start, np.ones(n_jobs, np.int64), np.empty(0, np.int64))
+    knobs = Knobs(now, slo, 0.0, 24, 4.0, 0.5, 0.5, 8, 32, 1.0, 2.0, 1e18)
     for q_slo, q_gain in [("p90", "p90"), ("p90", "p50"), ("p50", "p10")]:
-        ok, q, _, extra, _ = _pair_constants(tab, q_slo)
-        _, g, stretch, _, _ = _pair_constants(tab, q_gain)
-        got, n_good = _kernels.sharing_savings(
-            job_a, wl_a, rem_a, release_a, single, partner, partner_wl, rem, speed, work, start, now, n_wl,
-            ok, q, extra, g, stretch, q_slo == q_gain, slo, shared_elsewhere,
-        )
+        pairs = Pairs(*pairs_of(tab, q_slo, q_gain))
+        joiners = Waiting(job_a, np.ones(m, np.int64), wl_a, rem_a)
+        got, n_good = savings(joiners, release_a, single, (partner, partner_wl, rem), speed, job_arrays, pairs, knobs,
+                              shared_elsewhere)
         sp = speed[single]
-        budget = slo * work[partner[single]] / sp - (now - start[partner[single]])
-        budget_a = slo * work[job_a][:, None] / sp[None, :] - (now - start[job_a][:, None])
-        want = _savings_numpy(
-            wl_a, rem_a, release_a, partner_wl[single], rem[single] / sp, budget, sp, tab, q_slo, q_gain, slo,
-            budget_a, ~shared_elsewhere[partner[single]],
+        bud = budget(slo, work[partner[single]], sp, now - start[partner[single]])
+        bud_a = budget(slo, work[job_a][:, None], sp[None, :], now - start[job_a][:, None])
+        want = savings_oracle(
+            wl_a, rem_a, release_a, partner_wl[single], rem[single] / sp, bud, sp, tab, q_slo, q_gain, slo,
+            bud_a, ~shared_elsewhere[partner[single]],
         )
         assert np.isneginf(want[:, 0]).all()  # the resident that shares another GPU
         assert np.isfinite(want).any() and np.array_equal(got, want)
         assert np.array_equal(n_good, (want > 0).sum(axis=1))
     # Release times: a lone job's remaining time over its GPU's speed; a pair's later end (shared_completion).
     cluster = make_cluster(resident, n_jobs, remaining, workload, speed=speed, start=start, work=work)
-    want = np.zeros(n_gpus)
-    want[single] = remaining[resident[single, 0]] / speed[single]
-    two = np.flatnonzero(occupancy == 2)
-    a, b = resident[two, 0], resident[two, 1]
-    wa, wb = workload[a], workload[b]
-    s_ab = np.where(tab.allowed[wa, wb], tab.p50[wa, wb], 1.0)
-    s_ba = np.where(tab.allowed[wb, wa], tab.p50[wb, wa], 1.0)
-    c_a, c_b = shared_completion(remaining[a], remaining[b], s_ab, s_ba)
-    want[two] = np.maximum(c_a, c_b) / speed[two]
-    assert np.array_equal(release_times(cluster, tab), np.sort(want))
-    assert np.array_equal(release_times(cluster, tab, m=7), np.sort(want)[:7])
+    want = release_oracle(cluster, tab)
+    assert np.array_equal(release_times(cluster, tab), want)
+    assert np.array_equal(release_times(cluster, tab, m=7), want[:7])
 
 
 @pytest.mark.parametrize("seed", range(20))
 def test_compiled_orderings_are_numpys(seed):
     """The hand-written sorts of the kernels give what numpy gives: ``stable_order`` and ``smallest`` the
     stable argsort (ties by position; many ties here), ``select_smallest`` the values ``np.partition`` keeps;
-    and ``sjf_walk`` the SJF walk written with ``base.in_order``."""
-    from sharewise.policy import _kernels
-    from sharewise.policy.base import in_order
+    ``sjf_walk`` the SJF walk of the oracle (written with ``base.in_order``), ``by_sensitivity`` the oracle's
+    sort (longest first, ties: more GPUs, then position)."""
+    from policy_oracles import by_sensitivity as by_sensitivity_oracle
+    from policy_oracles import sjf_walk as sjf_walk_oracle
+
+    from sharewise.policy._order import by_sensitivity, select_smallest, smallest, stable_order
+    from sharewise.policy.sharewise.placement import sjf_walk
 
     rng = np.random.default_rng(seed)
     for n in (1, 2, 7, 64, 65, 300):
         keys = rng.integers(0, 6, n).astype(float) if seed % 2 else rng.uniform(0, 1e4, n)
         want = np.argsort(keys, kind="stable")
-        assert np.array_equal(_kernels.stable_order(keys), want)
+        assert np.array_equal(stable_order(keys), want)
         for m in {0, 1, n // 2, n, n + 3}:
-            assert np.array_equal(_kernels.smallest(keys, m), want[:m])
+            assert np.array_equal(smallest(keys, m), want[:m])
             if 1 <= m <= n:
-                got = _kernels.select_smallest(keys, m)
+                got = select_smallest(keys, m)
                 assert np.array_equal(np.sort(got), np.sort(np.partition(keys, m - 1)[:m]))
         gpus = rng.choice([1, 1, 2, 4, 8], n)
         for n_free in (0, 1, 5, 40, 400):
             for head in (0, 1, 3, 24):
-                starting, waiting = [], []
-                if n_free == 0:
-                    waiting = want[:head].tolist()
-                else:
-                    left = n_free
-                    for i in in_order(keys, n_free + head):
-                        if gpus[i] <= left:
-                            starting.append(i)
-                            left -= int(gpus[i])
-                        else:
-                            waiting.append(i)
-                            if len(waiting) >= head:
-                                break
-                got_s, got_w = _kernels.sjf_walk(keys, gpus, n_free, head)
-                assert got_s.tolist() == starting and got_w.tolist() == waiting
+                got_s, got_w = sjf_walk(keys, gpus, n_free, head)
+                assert (got_s.tolist(), got_w.tolist()) == sjf_walk_oracle(keys, gpus, n_free, head)
+        queue = make_queue((j, float(keys[j]), int(gpus[j]), 0) for j in range(n))
+        chosen = rng.permutation(n)[: max(1, n // 2)]
+        assert by_sensitivity(chosen, queue.remaining, queue.gpus).tolist() == by_sensitivity_oracle(
+            queue, chosen.tolist()
+        )
 
 
 @pytest.mark.parametrize("seed", range(40))
 def test_compiled_free_gpu_pick_is_the_python_rule(seed):
-    """``_kernels.pick_free_gpus`` (inside the one-kernel sharewise call) chooses what ``pick_free_gpus``
-    chooses, on random free masks, node layouts and job sizes."""
-    from sharewise.policy import _kernels
+    """``pick_free_gpus`` (compiled; the baselines' and sharewise's one rule) chooses what the Python rule of
+    the oracle chooses, on random free masks, node layouts and job sizes."""
+    from policy_oracles import pick_free_gpus as pick_oracle
+
+    from sharewise.policy import _gpus
     from sharewise.policy.base import pick_free_gpus
 
     rng = np.random.default_rng(seed)
@@ -947,12 +949,34 @@ def test_compiled_free_gpu_pick_is_the_python_rule(seed):
     node = np.arange(n_gpus) // per_node
     occupancy = rng.integers(0, 3, n_gpus) * (rng.random(n_gpus) < 0.6)
     for k in range(1, n_gpus + 2):
-        want = pick_free_gpus(occupancy == 0, node, k)
-        got = _kernels.pick_free_gpus(occupancy, node, k)
+        want = pick_oracle(occupancy == 0, node, k)
+        got = _gpus.pick_free_gpus(occupancy, node, k)
         if want is None:
-            assert got.shape[0] == 0
+            assert got.shape[0] == 0 and pick_free_gpus(occupancy == 0, node, k) is None
         else:
             assert np.array_equal(got, np.sort(want))
+            assert np.array_equal(pick_free_gpus(occupancy == 0, node, k), np.sort(want))
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_compiled_fastest_block_is_pals_rule(seed):
+    """``fastest_block`` (compiled; PAL's, the re-placement's and sharewise's one rule) chooses what the
+    oracle's Python rule chooses, GPU for GPU and in its order, on random speeds (many ties), free masks,
+    node layouts, job sizes and cross-node penalties."""
+    from policy_oracles import fastest_block as fastest_oracle
+
+    from sharewise.policy.pal import fastest_block
+
+    rng = np.random.default_rng(seed)
+    per_node = int(rng.choice([1, 2, 4, 8]))
+    n_gpus = per_node * int(rng.integers(1, 7))
+    node = np.arange(n_gpus) // per_node
+    free = rng.random(n_gpus) < 0.7
+    speed = rng.choice([0.5, 0.8, 1.0], n_gpus) if seed % 2 else rng.uniform(0.5, 1.0, n_gpus)
+    for k in range(1, int(free.sum()) + 1):
+        for penalty in (1.0, 1.3):
+            want = fastest_oracle(free, speed, node, k, penalty)
+            assert fastest_block(free, speed, node, k, penalty).tolist() == want.tolist()
 
 
 @pytest.mark.parametrize("seed", range(30))
@@ -986,3 +1010,91 @@ def test_fast_placement_check_agrees_with_the_detailed_one(seed):
     assert _all_valid(placements, queue, cluster, tab) == walk_ok
     if seed < 10:
         assert walk_ok  # a registered policy's own placements are valid
+
+
+def _random_preemption_state(seed: int, delay: float = 60.0):
+    """A cluster of 24 GPUs on 3 nodes (two speeds) running single- and multi-GPU jobs, some GPUs shared, some
+    free, and a queue of preempted jobs (slack around their urgency limit) and new ones."""
+    rng = np.random.default_rng(seed)
+    n_gpus, now = 24, 100_000.0
+    resident = np.full((n_gpus, 2), -1, np.int64)
+    ngpus, job = [], 0
+    g = 0
+    while g < n_gpus:
+        kind = rng.choice(["free", "one", "two", "pair"], p=[0.08, 0.52, 0.25, 0.15])
+        if kind == "two" and g + 1 < n_gpus:
+            resident[g : g + 2, 0] = job
+            ngpus.append(2)
+            job, g = job + 1, g + 2
+            continue
+        if kind in ("one", "pair"):
+            resident[g, 0] = job
+            ngpus.append(1)
+            job += 1
+        if kind == "pair":
+            resident[g, 1] = job
+            ngpus.append(1)
+            job += 1
+        g += 1
+    n_run, n_queue = job, 10
+    n_jobs = n_run + n_queue
+    work = rng.uniform(1_000.0, 50_000.0, n_jobs)
+    remaining = work * rng.uniform(0.05, 1.0, n_jobs)
+    start = now - rng.uniform(0.0, 0.6, n_jobs) * work  # running jobs: slack to spare, victims
+    start[n_run:] = now - rng.uniform(0.6, 1.6, n_queue) * work[n_run:]  # queued: some urgent
+    preempted = rng.random(n_queue) < 0.7
+    start[n_run:][~preempted] = np.nan
+    cluster = ClusterState(
+        resident=resident, node=np.arange(n_gpus) // 8, speed=rng.choice([0.7, 1.0], n_gpus),
+        job_remaining=remaining, job_workload=np.zeros(n_jobs, np.int64),
+        job_ngpus=np.array(ngpus + [1] * n_queue, np.int64), job_start=start, job_work=work,
+        slo=2.0, preempt_delay_s=delay, job_attained=np.zeros(n_jobs), job_arrival=np.zeros(n_jobs),
+    )
+    q_gpus = rng.choice([1, 1, 2, 3, 8], n_queue)
+    queue = Queue(job=np.arange(n_run, n_jobs), arrival=np.zeros(n_queue), gpus=q_gpus,
+                  remaining=remaining[n_run:] * 0.2, workload=np.zeros(n_queue, np.int64))
+    return queue, cluster, now
+
+
+def _urgent_case(seed: int):
+    """``(kernel, oracle)``: the urgent restarts of ``_random_preemption_state(seed)``, each as (placements,
+    victims stopped, wake-up)."""
+    from policy_oracles import urgent_restarts as urgent_oracle
+
+    from sharewise.policy.sharewise import urgent
+    from sharewise.policy.sharewise.arrays import jobs_of, knobs_of
+    from sharewise.policy.sharewise.params import PARAMS
+    from sharewise.policy.sharewise.view import View
+
+    queue, cluster, now = _random_preemption_state(seed)
+    knobs = knobs_of(PARAMS, cluster, now, cluster.slo)
+    got = urgent.restarts(View.of(queue, cluster), jobs_of(cluster), knobs)
+    return got, urgent_oracle(queue, cluster, now, cluster.slo, PARAMS.urgency, PARAMS.slack_share,
+                              PARAMS.tolerance_s)
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_urgent_restarts_take_victims_by_the_oracles_rule(seed):
+    """The urgent-restart kernel (selection, and ``victims.take``, the rule SRPT takes GPUs by too) restarts the
+    jobs the oracle restarts, on the same GPUs, stopping the same victims, and asks to be woken at the same
+    time, on random clusters where urgent jobs compete for free GPUs and victims."""
+    got, want = _urgent_case(seed)
+    assert got == want
+
+
+def test_urgent_restarts_cases_exercise_the_rule():
+    """The random cases of the test above restart jobs on free GPUs and on victims' GPUs, and leave some
+    urgent job waiting: the comparison covers every branch of the rule."""
+    from sharewise.policy.sharewise.arrays import knobs_of
+    from sharewise.policy.sharewise.params import PARAMS
+    from sharewise.policy.sharewise.urgent import urgent_jobs
+
+    restarted = stopped = urgent = 0
+    for seed in range(60):
+        (start, stop, _), _ = _urgent_case(seed)
+        queue, cluster, now = _random_preemption_state(seed)
+        knobs = tuple(knobs_of(PARAMS, cluster, now, 2.0))
+        urgent += len(urgent_jobs(queue.job, queue.remaining, cluster.job_start, cluster.job_work, knobs)[0])
+        restarted += len(start)
+        stopped += len(stop)
+    assert restarted > 20 and stopped > 5 and urgent > restarted

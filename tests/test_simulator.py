@@ -324,11 +324,34 @@ def test_sharewise_rescues_the_slo_once_a_shared_pair_is_measured_hand_computed(
 
 @pytest.mark.parametrize("seed", range(8))
 def test_sharewise_in_one_kernel_schedules_as_the_general_path(seed):
-    """Where every placement is equally fast, sharewise runs a call as one compiled kernel
-    (``_sharewise_packed``); its step-by-step general path must give the same schedule, job by job, with
-    multi-GPU jobs, intervals (p90 != p50), observation, and jobs arriving in batches (so that several start
-    in one call) in play."""
-    from sharewise.policy.interference_aware import _sharewise_general
+    """A sharewise call is one compiled kernel up to the assignment; the step-by-step oracle
+    (``tests/policy_oracles.py``: the policy's former general path, in Python and numpy) must give the same
+    schedule, job by job, with multi-GPU jobs, intervals (p90 != p50), observation, and jobs arriving in
+    batches (so that several start in one call) in play."""
+    _schedules_as_the_oracle(seed, Cluster(32, 8))
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("kind", ["speeds", "cross-node", "classes"])
+def test_sharewise_in_one_kernel_schedules_as_the_oracle_where_placements_differ(seed, kind):
+    """The same where placements differ in speed (the fastest block, PAL's rule): GPUs of different speeds,
+    a cross-node slowdown, or PAL's per-class speeds."""
+    from sharewise.datasets.variability import GpuVariability
+
+    rng = np.random.default_rng(100 + seed)
+    if kind == "speeds":
+        cluster = Cluster(32, 8, speeds=tuple(rng.choice([0.6, 0.8, 1.0], 32)))
+    elif kind == "cross-node":
+        cluster = Cluster(32, 8, speeds=tuple(rng.uniform(0.7, 1.0, 32)), cross_node_slowdown=1.25)
+    else:
+        variability = GpuVariability(("classA", "classB"), rng.choice([1.0, 1.2, 1.5], (2, 32)),
+                                     {"a": "classA", "b": "classB", "c": "classB"})
+        cluster = Cluster(32, 8, variability=variability)
+    _schedules_as_the_oracle(seed, cluster)
+
+
+def _schedules_as_the_oracle(seed: int, cluster: Cluster) -> None:
+    from policy_oracles import sharewise_placements
 
     rng = np.random.default_rng(seed)
     names = ["a", "b", "c"]
@@ -350,14 +373,13 @@ def test_sharewise_in_one_kernel_schedules_as_the_general_path(seed):
     placed = {"one": [], "steps": []}  # every call's placements, GPUs included
 
     def one_kernel(queue, cluster, table, now):
-        placed["one"].append(get_policy("sharewise")(queue, cluster, table, now, preempt=False))
+        placed["one"].append(get_policy("sharewise")(queue, cluster, table, now, preempt=False, replace=False))
         return placed["one"][-1]
 
     def general(queue, cluster, table, now):
-        placed["steps"].append(_sharewise_general(queue, cluster, table, now, cluster.slo, 24, "p90", "p90"))
+        placed["steps"].append(sharewise_placements(queue, cluster, table, now, cluster.slo, 24, "p90", "p90"))
         return placed["steps"][-1]
 
-    cluster = Cluster(32, 8)
     one = simulate(trace, one_kernel, truth, view, cluster=cluster, name="sharewise")
     steps = simulate(trace, general, truth, view, cluster=cluster, name="general")
     assert placed["one"] == placed["steps"] and sum(map(len, placed["one"])) == len(trace)

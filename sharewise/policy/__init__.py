@@ -29,7 +29,7 @@ REGISTRY: Registry[Policy] = Registry(
         "packed-non-sticky": "pal_artifact:packed_non_sticky",
         "pm-first-artifact": "pal_artifact:pm_first_artifact",
         "pal-artifact": "pal_artifact:pal_artifact",
-        "sharewise": "interference_aware:sharewise",
+        "sharewise": "sharewise:sharewise",
     },
     signature="policy(queue, cluster, table, now) -> list[Placement]",
 )

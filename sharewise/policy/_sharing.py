@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from sharewise.policy import _kernels
+from sharewise.policy._gpus import lone_residents
 from sharewise.policy.base import (
     ClusterState,
     Placement,
@@ -33,13 +33,13 @@ class SharingState:
         occupancy: np.ndarray | None = None,
         residents: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None,
     ) -> None:
-        """``occupancy`` (a copy this state may change) and ``residents`` (``_kernels.lone_residents`` of
+        """``occupancy`` (a copy this state may change) and ``residents`` (``_gpus.lone_residents`` of
         it) when the caller has computed them already."""
         self.cluster = cluster
         self.table = table
         self.occupancy = cluster.occupancy() if occupancy is None else occupancy
         if residents is None:
-            residents = _kernels.lone_residents(
+            residents = lone_residents(
                 self.occupancy, cluster.resident, cluster.job_workload, cluster.job_remaining, len(table)
             )
         self.partner, self.partner_wl, self.remaining, self.alone = residents

@@ -177,26 +177,20 @@ def readonly(array: np.ndarray) -> np.ndarray:
 
 
 def pick_free_gpus(free: np.ndarray, node: np.ndarray, k: int) -> np.ndarray | None:
-    """Choose ``k`` GPUs among those marked in ``free``, on as few nodes as possible; ``None`` if too few.
+    """Choose ``k`` GPUs among those marked in ``free``, on as few nodes as possible, ascending; ``None`` if too few.
 
     A job that fits on one node goes to the node with the fewest free GPUs that still holds it (best fit, so
-    whole nodes stay free for big jobs); a bigger job takes the fullest-free nodes first.
+    whole nodes stay free for big jobs); a bigger job takes the fullest-free nodes first. The rule is compiled
+    (``_gpus.pick_free_gpus``, imported on first use: ``recommend`` hands GPUs out with ``FreeGpus`` and never
+    loads numba). Example: ``pick_free_gpus(np.array([True, True, False, True]), np.array([0, 0, 1, 1]), 1)`` is
+    ``array([3])``.
     """
-    idx = np.flatnonzero(free)
-    if idx.shape[0] < k:
-        return None
-    if k == 1:
-        counts = np.bincount(node[idx])
-        per_gpu = counts[node[idx]]
-        return idx[[int(np.argmin(per_gpu))]]
-    counts = np.bincount(node[idx])
-    fitting = np.flatnonzero(counts >= k)
-    if fitting.shape[0]:
-        best = fitting[np.argmin(counts[fitting])]
-        return idx[node[idx] == best][:k]
-    # Fullest-free nodes first; a stable sort keeps the GPU order inside a node.
-    rank = np.argsort(-counts[node[idx]], kind="stable")
-    return np.sort(idx[rank[:k]])
+    from sharewise.policy._gpus import pick_free_gpus as pick
+
+    if k <= 0:
+        return np.empty(0, dtype=np.int64)
+    chosen = pick(~np.asarray(free, dtype=bool), node, k)
+    return chosen if chosen.shape[0] else None
 
 
 class FreeGpus:

@@ -21,7 +21,7 @@ Semantics, stated once:
   seconds run) keeps counting across restarts.
 - **Cluster transitions.** Stops first, then starts (``transition``): a job leaving a GPU moves its partner
   to slot 0; a job placed takes the first empty slot. The policy's own view of the cluster after stops
-  (``_preemption``) uses the same functions.
+  (``sharewise.view``) uses the same functions.
 - **Re-placement and migration.** A job that one ``Decision`` both stops and starts again is re-placed, not
   preempted: if it gets exactly the same GPUs back it simply keeps running (no cost, nothing counted, the
   world not told); on other GPUs it **migrates**: the world restarts it there (the simulator charges
@@ -44,8 +44,6 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
-from typing import Protocol
 
 import numpy as np
 
@@ -62,108 +60,12 @@ from sharewise.policy.base import (
     readonly,
 )
 from sharewise.policy.cluster import Cluster
+from sharewise.policy.result import SimulationResult
 from sharewise.policy.table import SlowdownTable
-from sharewise.stats import percentile
+from sharewise.policy.world import Observation, World
 
 #: Job states of the loop.
 WAITING, QUEUED, RUNNING, DONE, FAILED = 0, 1, 2, 3, 4
-
-
-@dataclass
-class SimulationResult:
-    """Per-job outcome of one policy run (arrays follow the trace order) and its metrics."""
-
-    policy: str
-    arrival: np.ndarray
-    duration: np.ndarray
-    start: np.ndarray
-    finish: np.ndarray
-    realized_slowdown: np.ndarray
-    busy_gpu_seconds: float
-    n_gpus: int
-    slo: float
-    wall_s: float = 0.0
-    policy_calls: int = 0
-    events: int = 0
-    preemptions: int = 0
-    migrations: int = 0
-    metrics: dict = field(default_factory=dict)
-
-    @property
-    def jct(self) -> np.ndarray:
-        """Job completion time: finish minus arrival, seconds."""
-        return self.finish - self.arrival
-
-    def compute_metrics(self) -> dict:
-        """Return ``{"avg_jct", "p95_jct", "makespan", "avg_queue", "utilization", "slo_violations",
-        "preemptions", "migrations"}``.
-
-        Example: ``{"avg_jct": 5400.0, "p95_jct": 20000.0, "makespan": 86400.0, "avg_queue": 120.0,
-        "utilization": 0.81, "slo_violations": 3, "preemptions": 0, "migrations": 0}``
-        """
-        jct = self.jct
-        makespan = float(self.finish.max() - self.arrival.min())
-        return {
-            "avg_jct": float(jct.mean()),
-            "p95_jct": percentile(jct, 95),
-            "makespan": makespan,
-            "avg_queue": float((self.start - self.arrival).mean()),
-            "utilization": float(self.busy_gpu_seconds / (self.n_gpus * makespan)) if makespan > 0 else 0.0,
-            # A small tolerance so float noise on a job that ran exactly at the SLO is not a violation.
-            "slo_violations": int((self.realized_slowdown > self.slo * (1 + 1e-9)).sum()),
-            "preemptions": int(self.preemptions),
-            "migrations": int(self.migrations),
-        }
-
-
-@dataclass(frozen=True)
-class Observation:
-    """Measured slowdowns of jobs ``a`` and ``b`` next to each other (each one's rate alone over its rate
-    while they shared a GPU). Example: ``Observation(a=3, b=7, slowdown_a=1.42, slowdown_b=1.18)``."""
-
-    a: int
-    b: int
-    slowdown_a: float
-    slowdown_b: float
-
-
-class World(Protocol):
-    """What runs the jobs behind the loop. Times are seconds since the run began; job ids index the trace.
-
-    The loop owns the cluster slots, the queue and each job's ``remaining`` work (exclusive seconds on a
-    speed-1.0 GPU), ``attained`` service and status; the world moves time and progress forward.
-    """
-
-    def tolerance(self, now: float) -> float:
-        """Two event times near ``now`` closer than this are the same instant (round boundaries)."""
-
-    def bind(self, loop: SchedulingLoop) -> None:
-        """Called once before the first event, with the loop whose arrays the world reads and updates."""
-
-    def advance(self, until: float) -> float:
-        """Move time to the next event of the world (a job ends, a measurement arrives) or ``until``,
-        whichever comes first; return the new time (``inf``: nothing will ever happen again)."""
-
-    def finished(self, now: float) -> list[tuple[int, int]]:
-        """Return ``(job, DONE or FAILED)`` for the jobs that ended by ``now``, in the order they ended."""
-
-    def refresh(self, now: float) -> None:
-        """Bring ``loop.remaining`` and ``loop.attained`` of every running job up to ``now``."""
-
-    def started(self, job: int, gpus: list[int], now: float, restart: bool) -> None:
-        """Job ``job`` was placed on ``gpus`` (already in ``loop.resident``); ``restart``: it ran before."""
-
-    def stopped(self, job: int, now: float) -> None:
-        """Running job ``job`` is preempted (``loop.job_gpus[job]`` still names its GPUs; it leaves them next)."""
-
-    def rate_changed(self, job: int, now: float) -> None:
-        """Running job ``job`` got or lost a partner on one of its GPUs at ``now``."""
-
-    def observations(self) -> list[Observation]:
-        """Measured slowdowns of sharing jobs since the last call (empty where nothing new was measured)."""
-
-    def pending(self) -> bool:
-        """Whether a running job will still end (a run with jobs waiting and none pending never ends)."""
 
 
 class SchedulingLoop:

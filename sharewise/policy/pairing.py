@@ -443,16 +443,8 @@ def _twos(jobs: list[int]):
 
 
 def _alone(gpus: list[str], job: str, workload: str, k: int) -> dict:
-    return {
-        "gpus": gpus,
-        "jobs": [job],
-        "workloads": [workload],
-        "kind": "alone",
-        "p50": [1.0],
-        "p90": [1.0],
-        "gain": 0.0,
-        "rate": float(k),
-    }
+    return {"gpus": gpus, "jobs": [job], "workloads": [workload], "kind": "alone", "p50": [1.0], "p90": [1.0],
+            "gain": 0.0, "rate": float(k)}
 
 
 def _shared_fields(kind: str, a: int, b: int, table: SlowdownTable):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from sharewise.policy import _gpus
 from sharewise.policy.base import ClusterState, Placement, Queue
 from sharewise.policy.pm_first import by_sensitivity, select_jobs
 from sharewise.policy.table import SlowdownTable
@@ -49,30 +50,15 @@ def pal(
 
 
 def fastest_block(free: np.ndarray, speed: np.ndarray, node: np.ndarray, k: int, penalty: float) -> np.ndarray:
-    """Return the ``k`` free GPUs with the best effective speed (PAL's placement rule).
+    """Return the ``k`` free GPUs with the best effective speed (PAL's placement rule), fastest first.
 
     Candidates: the ``k`` fastest free GPUs of each node that has ``k`` free, and the ``k`` fastest free GPUs
     anywhere. A candidate's effective speed is its slowest GPU's speed, divided by ``penalty`` when it spans
     nodes; the best wins, ties going to fewer nodes, then to the node with fewer free GPUs (whole nodes stay
-    free for big jobs). The caller makes sure ``k`` GPUs are free.
+    free for big jobs). The caller makes sure ``k`` GPUs are free. The rule is compiled
+    (``_gpus.fastest_block``), the one ``sharewise`` places its jobs by.
     """
-    idx = np.flatnonzero(free)
-    ranked = idx[np.argsort(-speed[idx], kind="stable")]
-    free_nodes = node[ranked]
-    options = [ranked[:k]]
-    for n in np.unique(free_nodes):
-        on_node = ranked[free_nodes == n]
-        if on_node.shape[0] >= k:
-            options.append(on_node[:k])
-    best_key, best = None, None
-    for gpus in options:
-        spans = np.unique(node[gpus]).shape[0]
-        eff = float(speed[gpus].min()) / (penalty if spans > 1 else 1.0)
-        node_free = int((free_nodes == node[gpus[0]]).sum()) if spans == 1 else idx.shape[0]
-        key = (-eff, spans, node_free)
-        if best_key is None or key < best_key:
-            best_key, best = key, gpus
-    return best
+    return _gpus.fastest_block(~np.asarray(free, dtype=bool), speed, node, k, float(penalty))
 
 # Exclusive: the simulator need not call it while no queued job fits on the free GPUs.
 pal.shares_gpus = False

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from sharewise.policy import _order
 from sharewise.policy.base import ClusterState, Placement, Queue, in_order, queue_keys
 from sharewise.policy.table import SlowdownTable
 
@@ -29,9 +30,10 @@ def by_sensitivity(queue: Queue, chosen: list[int]) -> list[int]:
     """Order the chosen jobs most variability-sensitive first.
 
     A job's completion time moves with the speed of its slowest GPU in proportion to its remaining run time,
-    so the longest remaining jobs are the most sensitive (ties: more GPUs, then queue order).
+    so the longest remaining jobs are the most sensitive (ties: more GPUs, then queue order). The order is
+    compiled (``_order.by_sensitivity``), the one ``sharewise`` starts its jobs in.
     """
-    return sorted(chosen, key=lambda i: (-float(queue.remaining[i]), -int(queue.gpus[i]), i))
+    return _order.by_sensitivity(np.asarray(chosen, dtype=np.int64), queue.remaining, queue.gpus).tolist()
 
 
 def pm_first(

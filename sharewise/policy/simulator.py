@@ -17,10 +17,10 @@ import math
 from typing import TYPE_CHECKING
 
 import numpy as np
+from numba import njit
 
 from sharewise.datasets.traces import check_trace
 from sharewise.errors import ConfigError
-from sharewise.policy import _kernels
 from sharewise.policy.base import Policy
 from sharewise.policy.cluster import Cluster, seeded_speeds  # noqa: F401 - re-exported for callers
 from sharewise.policy.loop import DONE, Observation, SchedulingLoop, SimulationResult
@@ -168,7 +168,7 @@ class SimWorld:
 
     def refresh(self, now: float) -> None:
         loop = self.loop
-        _kernels.advance(loop.resident, float(now), self.anchor_t, loop.remaining, self.rate, loop.attained, loop.ngpus)
+        advance(loop.resident, float(now), self.anchor_t, loop.remaining, self.rate, loop.attained, loop.ngpus)
 
     def started(self, j: int, gpus: list[int], now: float, restart: bool) -> None:
         loop = self.loop
@@ -232,3 +232,16 @@ class SimWorld:
         return bool(self.heap)
 
 
+@njit(cache=True, nogil=True)
+def advance(resident, now, anchor_t, remaining, rate, attained, ngpus):  # pragma: no cover - compiled
+    """Bring every running job's remaining work and attained service up to ``now`` (``SimWorld.refresh``; a
+    multi-GPU job, seen on each of its GPUs, once: its anchor is ``now`` after the first)."""
+    for gpu in range(resident.shape[0]):
+        for slot in range(resident.shape[1]):
+            job = resident[gpu, slot]
+            if job < 0 or anchor_t[job] == now:
+                continue
+            dt = now - anchor_t[job]
+            remaining[job] -= rate[job] * dt
+            attained[job] += ngpus[job] * dt
+            anchor_t[job] = now

@@ -1,4 +1,4 @@
-"""Free re-placement for ``sharewise``: where migration costs nothing, jobs running alone move to the GPUs that
+"""Re-placement, ``sharewise``'s last step: where migration costs nothing, jobs running alone move to the GPUs that
 are fastest for them, as PAL re-places every job at every round.
 
 PAL's artifact re-places every running job each round at no cost, so a job that had to start on a GPU slow for
@@ -10,20 +10,20 @@ rate depends on it), after the rest of the call's decision:
 - **Order**: the job that would lose most on a bad placement first: its remaining run time x (1 / slowest -
   1 / fastest) speed for its class over the pool (its *regret*); ties, and clusters where every GPU is
   equally fast, go longest remaining first (``by_sensitivity``'s order).
-- **Where**: PAL's effective speed (``fastest_block``: the slowest GPU for its class, over the cross-node
+- **Where**: PAL's effective speed (``_gpus.fastest_block``: the slowest GPU for its class, over the cross-node
   slowdown when it spans nodes). A job whose GPUs are still in the pool and as fast as the best keeps them,
   so nothing moves without a gain.
 
 A job that moves pays the cluster's restart cost (the simulator counts a migration), so ``sharewise`` takes this
-step only where that cost is 0 (``replace=None``, the default) or when told (``replace=True``).
+step only where that cost is 0 (``Params.replace=None``, the default) or when told (``replace=True``).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from sharewise.policy._gpus import effective_speed, fastest_block
 from sharewise.policy.base import ClusterState, Decision, Placement, Queue
-from sharewise.policy.pal import fastest_block
 
 
 def replace_lone_jobs(decision: Decision, queue: Queue, cluster: ClusterState) -> Decision:
@@ -60,10 +60,10 @@ def replace_lone_jobs(decision: Decision, queue: Queue, cluster: ClusterState) -
     new: dict[int, tuple[int, ...]] = {}
     for j in sorted(lone, key=regret.__getitem__, reverse=True):
         speed, old = cluster.speed_of(j), np.asarray(gpus_of[j])
-        best = fastest_block(pool, speed, cluster.node, old.shape[0], penalty)
-        if pool[old].all() and _effective(old, speed, cluster.node, penalty) >= _effective(
+        best = fastest_block(~pool, speed, cluster.node, old.shape[0], penalty)
+        if pool[old].all() and effective_speed(old, speed, cluster.node, penalty)[0] >= effective_speed(
             best, speed, cluster.node, penalty
-        ):
+        )[0]:
             best = old
         pool[best] = False
         new[j] = tuple(sorted(int(g) for g in best))
@@ -72,7 +72,3 @@ def replace_lone_jobs(decision: Decision, queue: Queue, cluster: ClusterState) -
     start += [Placement(j, new[j]) for j in sorted(moved)]
     return Decision(start=start, preempt=tuple(decision.preempt) + tuple(sorted(moved)), wake_at=decision.wake_at)
 
-
-def _effective(gpus: np.ndarray, speed: np.ndarray, node: np.ndarray, penalty: float) -> float:
-    spans = np.unique(node[gpus]).shape[0] > 1
-    return float(speed[gpus].min()) / (penalty if spans else 1.0)

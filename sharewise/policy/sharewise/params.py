@@ -1,0 +1,85 @@
+"""Every knob of ``sharewise`` in one frozen object, with where each default came from."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+
+@dataclasses.dataclass(frozen=True)
+class Params:
+    """The knobs of ``sharewise``; a run overrides any of them by keyword (``functools.partial(sharewise,
+    preempt=False)`` is the suite's "no preemption" ablation).
+
+    Example: ``Params(preempt=False).preempt_ratio == 4.0``.
+    """
+
+    #: SLO on each job's realized slowdown (run time from its first start over its exclusive run time).
+    #: ``None``: the cluster's (``ClusterState.slo``, the operator's ``--max-slowdown``, 2.0 by default).
+    max_slowdown: float | None = None
+    #: Slowdown quantile the benefit of sharing is judged at: the calibrated p90, the pessimistic end of the
+    #: predicted interval, so a pair shares only where the gain holds there.
+    quantile: str = "p90"
+    #: Slowdown quantile the SLO is checked at (p90, as the benefit).
+    slo_quantile: str = "p90"
+    #: Waiting jobs at the head of the SJF queue that compete for shared GPUs per call: 24 was as good as 32
+    #: or 64 on the Gavel trace, within noise, and kept the full Philly replay near a minute (ee66775).
+    sharing_head: int = 24
+    #: Urgent restarts and SLO-guarded SRPT preemption (``urgent``, ``srpt``); off: the policy never stops a
+    #: running job and returns plain placements (the suite's "no preemption" ablation).
+    preempt: bool = True
+    #: With ``preempt``, pause one side of a shared pair whose measured slowdowns break the SLO (``rescue``);
+    #: off for the suite's "no SLO rescue" ablation. On Gavel's V100 pairs it took the heavy cell's SLO
+    #: violations from 7 to 3 and Philly's from 14 to 1 (policy suite, 2026-12-03).
+    rescue: bool = True
+    #: Re-place jobs that run alone on the GPUs fastest for them (``replacement``, PAL's per-round step).
+    #: ``None``: only where migrating costs nothing (``preempt_delay_s == 0``) and GPUs have per-class speeds.
+    replace: bool | None = None
+    #: A waiting job may preempt jobs with more than this many times its remaining run time (plus the restart
+    #: cost). Swept on the policy suite (2026-12-02, restarts free and at 60 s): 2 and 8 won fewer cells.
+    preempt_ratio: float = 4.0
+    #: A victim must keep its urgency slack after waiting its preemptor's run time (plus the restart cost) over
+    #: this share of its slack. Same sweep: 0.25 won fewer cells.
+    slack_share: float = 0.5
+    #: A preempted job restarts first once its slack is down to this fraction of its SLO allowance. Same
+    #: sweep: 0.3 won fewer cells.
+    urgency: float = 0.5
+    #: Victims per call at most: the longest jobs are the ones preempted; a few per call keep the churn low
+    #: (set with the preemption rules, 1c8b860; not swept).
+    max_preemptions: int = 8
+    #: Waiting jobs considered for SRPT preemption per call, shortest remaining first (1c8b860; not swept: a
+    #: job further back waits for shorter ones anyway).
+    srpt_head: int = 32
+    #: Seconds of tolerance on urgency, so a wake-up never lands at the instant of the call that asked for it;
+    #: also the wake-up after a job joins a partner it never ran with (the rescue's check comes then).
+    tolerance_s: float = 1.0
+    #: The rescue checks the shared GPUs whose pair formed this long ago at most: twice the wake-up after a
+    #: join, which absorbs float error at large times.
+    recheck_s: float = 2.0
+
+    def __post_init__(self) -> None:
+        for name in ("quantile", "slo_quantile"):
+            if getattr(self, name) not in ("p10", "p50", "p90"):
+                raise ValueError(f"{name} must be 'p10', 'p50' or 'p90', got {getattr(self, name)!r}")
+
+    @functools.cached_property
+    def numbers(self) -> tuple:
+        """The numeric knobs in the order of ``arrays.Knobs`` (between the call's time, SLO and restart cost and
+        the assignment's forbidden cost), computed once: a policy call builds its ``Knobs`` from them."""
+        return (int(self.sharing_head), float(self.preempt_ratio), float(self.slack_share), float(self.urgency),
+                int(self.max_preemptions), int(self.srpt_head), float(self.tolerance_s), float(self.recheck_s))
+
+
+#: The defaults.
+PARAMS = Params()
+
+
+@functools.lru_cache(maxsize=64)
+def with_knobs(params: Params, knobs: tuple[tuple[str, object], ...]) -> Params:
+    """``params`` with the keyword overrides ``knobs`` (sorted ``(name, value)`` pairs); an unknown name lists
+    the known ones. Cached: an ablation bound with ``functools.partial`` pays this once, not per call."""
+    names = {f.name for f in dataclasses.fields(Params)}
+    unknown = sorted(k for k, _ in knobs if k not in names)
+    if unknown:
+        raise TypeError(f"sharewise has no knob {', '.join(unknown)}; its knobs are {', '.join(sorted(names))}")
+    return dataclasses.replace(params, **dict(knobs))

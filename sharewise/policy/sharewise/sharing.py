@@ -1,0 +1,365 @@
+"""Step 2 of ``sharewise``, sharing: which waiting jobs join a GPU that holds one job, where it pays and the SLO
+holds.
+
+A waiting job (the head of the SJF queue that found no free GPU) may join the lone resident of a GPU only if,
+at the predicted slowdowns of ``Params.slo_quantile`` (p90), each job's realized slowdown (its run time over its
+exclusive run time, counting what it has already run: the resident, and a joiner preempted before) stays within
+the SLO, and sharing pays at ``Params.quantile``: the two jobs' summed extra run time (stretch) is less than the
+time the joiner saves by not waiting, which is the earlier of the resident's own end (SJF-BSBF's sequential
+alternative) and the predicted release of the GPU the joiner would get in the waiting line (``release_times``).
+Run times are divided by the speed of the GPU in question, so a slow GPU is a worse host.
+
+A multi-GPU job takes its best GPUs greedily when each of them saves and the SLO holds for it and every resident
+at once (``multi_join_holds``: it runs at the rate of its worst GPU); then one assignment (Hungarian, scipy)
+over the single-GPU jobs and the GPUs left maximizes the summed saving. A GPU whose job shares another of its
+GPUs is not offered: that job runs slowed there, for a time the check cannot see.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.optimize import linear_sum_assignment
+
+from sharewise.policy._compiled import kernel
+from sharewise.policy._gpus import pick_free_gpus
+from sharewise.policy._order import select_smallest, stable_order
+from sharewise.policy.base import ClusterState, Placement
+from sharewise.policy.sharewise.arrays import FORBIDDEN, Waiting
+from sharewise.policy.sharewise.slo import budget, end_bound, joiner_budget, shared_ends
+from sharewise.policy.table import SlowdownTable
+
+
+def release_times(cluster: ClusterState, table: SlowdownTable, m: int | None = None) -> np.ndarray:
+    """Predict when GPUs become free (seconds from now, p50 slowdowns), ascending; a free GPU counts as 0.
+
+    With ``m``, only the ``m`` soonest releases are returned (a partial sort: policies need the head only).
+    Example: a GPU free, one whose job has 100 s left at speed 0.5 and a pair ending at 300 s give
+    ``[0.0, 200.0, 300.0]``.
+    """
+    return releases(cluster.resident, cluster.job_remaining, cluster.job_workload, cluster.speed, table.allowed,
+                    table.p50, cluster.n_gpus if m is None else min(m, cluster.n_gpus))
+
+
+@kernel
+def releases(resident, remaining, workload, speed, allowed, p50, m):  # pragma: no cover - compiled
+    """``release_times`` on arrays: the ``m`` soonest, ascending. A pair's release is the later of its two ends
+    (``slo.shared_ends``); neighbouring GPUs of the same job(s) at the same speed are computed once."""
+    n_gpus = resident.shape[0]
+    out = np.zeros(n_gpus)
+    for gpu in range(n_gpus):
+        a = resident[gpu, 0]
+        b = resident[gpu, 1]
+        if a < 0:
+            continue
+        if gpu > 0 and resident[gpu - 1, 0] == a and resident[gpu - 1, 1] == b and speed[gpu - 1] == speed[gpu]:
+            out[gpu] = out[gpu - 1]
+            continue
+        if b < 0:
+            out[gpu] = remaining[a] / speed[gpu]
+            continue
+        wa = workload[a]
+        wb = workload[b]
+        s_ab = p50[wa, wb] if allowed[wa, wb] else 1.0
+        s_ba = p50[wb, wa] if allowed[wb, wa] else 1.0
+        c_a, c_b = shared_ends(remaining[a], remaining[b], s_ab, s_ba)
+        out[gpu] = (c_a if c_a > c_b else c_b) / speed[gpu]
+    if m < n_gpus:
+        out = select_smallest(out, m)
+    return out[stable_order(out)]
+
+
+@kernel
+def savings(joiners, release, single, lone, speed, jobs, pairs, knobs, shared_elsewhere):  # pragma: no cover
+    """Return ``(saving, n_good)``: the (joiners x lone residents) time saved by joining, ``-inf`` where
+    forbidden, and per joiner the number of GPUs where it saves time (``saving > 0``).
+
+    Row ``i`` is a waiting job (``joiners``: a ``Waiting``; ``release[i]`` the predicted wait for its turn in
+    the line); column ``j`` is GPU ``single[j]``, holding ``lone``'s job alone (``lone``: per GPU the job, its
+    workload and remaining exclusive time). A column whose resident is in ``shared_elsewhere`` (a multi-GPU
+    job sharing another of its GPUs) is forbidden; a joiner that ran before (``jobs.start`` not NaN: it was
+    preempted) must also end within what the SLO leaves of its own budget. Where neighbouring GPUs hold the
+    same job at the same speed (a multi-GPU job), their column is computed once.
+    """
+    partner, partner_wl, remaining = lone[0], lone[1], lone[2]
+    job_work, job_start = jobs.work, jobs.start
+    now, max_slowdown, n = knobs.now, knobs.slo, pairs.n
+    ok, q, extra, g, stretch = pairs.ok, pairs.q, pairs.extra, pairs.gain, pairs.stretch
+    job_a, wl_a, rem_a = joiners.job, joiners.workload, joiners.remaining
+    m = wl_a.shape[0]
+    k = single.shape[0]
+    out = np.full((m, k), -np.inf)
+    n_good = np.zeros(m, dtype=np.int64)
+    last = -1  # the last column computed
+    for j in range(k):
+        gpu = single[j]
+        sp = speed[gpu]
+        res = partner[gpu]
+        if last >= 0:
+            before = single[last]
+            if partner[before] == res and speed[before] == sp and remaining[before] == remaining[gpu]:
+                for i in range(m):
+                    out[i, j] = out[i, last]
+                    if out[i, j] > 0:
+                        n_good[i] += 1
+                continue
+        last = j
+        if shared_elsewhere[res]:
+            continue
+        eb = remaining[gpu] / sp
+        bud = budget(max_slowdown, job_work[res], sp, now - job_start[res])
+        if eb > bud:
+            continue
+        wb = partner_wl[gpu]
+        for i in range(m):
+            ab = wl_a[i] * n + wb
+            if not ok[ab]:
+                continue
+            ba = wb * n + wl_a[i]
+            ea = rem_a[i] / sp
+            q_ab = q[ab]
+            q_ba = q[ba]
+            a_first = q_ab * ea <= q_ba * eb
+            if a_first:
+                if not (q_ab <= max_slowdown and eb + ea * extra[ab] <= bud):
+                    continue
+            elif not (q_ba * eb <= bud and ea + eb * extra[ba] <= max_slowdown * ea):
+                continue
+            ja = job_a[i]
+            if not np.isnan(job_start[ja]):
+                # A preempted job: its slowdown counts from its first start, so its end must fit in what is
+                # left of its own budget, as the resident's does.
+                bud_a = budget(max_slowdown, job_work[ja], sp, now - job_start[ja])
+                if (q_ab * ea if a_first else ea + eb * extra[ba]) > bud_a:
+                    continue
+            if not pairs.same_quantile:
+                a_first = g[ab] * ea <= g[ba] * eb
+            pair_stretch = ea * stretch[ab] if a_first else eb * stretch[ba]
+            wait = eb if eb < release[i] else release[i]
+            out[i, j] = wait - pair_stretch
+            if out[i, j] > 0:
+                n_good[i] += 1
+    return out, n_good
+
+
+@kernel
+def gains(joiners, lone, gpus, jobs, pairs, knobs):  # pragma: no cover - compiled
+    """Return ``(single, saving, n_good)`` for the waiting jobs ``joiners``: the GPUs holding one job and
+    ``savings`` against them, where a job's alternative is its turn in the predicted releases (``releases``:
+    the waiting jobs take them in SJF order, as many GPUs as each asks for)."""
+    partner = lone[0]
+    n_gpus = partner.shape[0]
+    k_a = joiners.gpus
+    single = np.flatnonzero(partner >= 0)
+    total = 0
+    for i in range(k_a.shape[0]):
+        total += k_a[i]
+    release = releases(gpus.resident, jobs.remaining, jobs.workload, gpus.speed, pairs.allowed, pairs.p50,
+                       min(total + 1, n_gpus))
+    release_a = np.empty(k_a.shape[0])
+    turn = -1
+    for i in range(k_a.shape[0]):
+        turn += k_a[i]
+        release_a[i] = release[min(turn, release.shape[0] - 1)]
+    shared_elsewhere = np.zeros(jobs.remaining.shape[0], dtype=np.bool_)
+    for gpu in range(n_gpus):
+        if gpus.resident[gpu, 1] >= 0:
+            shared_elsewhere[gpus.resident[gpu, 0]] = True
+            shared_elsewhere[gpus.resident[gpu, 1]] = True
+    live = rows_that_may_save(joiners.workload, joiners.remaining, release_a, single, gpus.speed, pairs)
+    if live.shape[0] == k_a.shape[0]:
+        saving, n_good = savings(joiners, release_a, single, lone, gpus.speed, jobs, pairs, knobs, shared_elsewhere)
+        return single, saving, n_good
+    saving = np.full((k_a.shape[0], single.shape[0]), -np.inf)
+    n_good = np.zeros(k_a.shape[0], dtype=np.int64)
+    if live.shape[0]:
+        some = Waiting(joiners.job[live], joiners.gpus[live], joiners.workload[live], joiners.remaining[live])
+        part, part_good = savings(some, release_a[live], single, lone, gpus.speed, jobs, pairs, knobs,
+                                  shared_elsewhere)
+        for r in range(live.shape[0]):
+            saving[live[r]] = part[r]
+            n_good[live[r]] = part_good[r]
+    return single, saving, n_good
+
+
+@kernel
+def rows_that_may_save(wl_a, rem_a, release_a, single, speed, pairs):  # pragma: no cover - compiled
+    """The waiting jobs (rows of ``savings``) that may save time on some GPU, ascending; every other row's
+    savings are all <= 0 (or forbidden), so leaving them forbidden changes no placement.
+
+    A cell saves ``min(eb, release) - stretch``. If the joiner ends first the stretch is ``ea * stretch[ab]``,
+    with ``ea >= rem_a / (fastest speed)``; so where ``stretch[ab] >= 0`` for every partner it may share with
+    and ``rem_a / fastest * min stretch[ab] >= release`` no such cell saves. If the resident ends first it is
+    ``eb * stretch[ba]``, which is at least ``eb`` where ``stretch[ba] >= 1`` for every such partner. Rounding
+    is monotone, so the float products keep both inequalities.
+    """
+    n, ok, stretch = pairs.n, pairs.ok, pairs.stretch
+    m = wl_a.shape[0]
+    if single.shape[0] == 0:
+        return np.arange(m)
+    fastest = 0.0
+    for j in range(single.shape[0]):
+        fastest = max(fastest, speed[single[j]])
+    first = np.full(n, np.inf)  # per joiner workload: least stretch when it ends first
+    second = np.full(n, np.inf)  # ... and when its partner ends first
+    for a in range(n):
+        for b in range(n):
+            if ok[a * n + b]:
+                first[a] = min(first[a], stretch[a * n + b])
+                second[a] = min(second[a], stretch[b * n + a])
+    live = np.empty(m, dtype=np.int64)
+    n_live = 0
+    for i in range(m):
+        a = wl_a[i]
+        hopeless = second[a] >= 1.0 and first[a] >= 0.0 and (rem_a[i] / fastest) * first[a] >= release_a[i]
+        if not hopeless:
+            live[n_live] = i
+            n_live += 1
+    return live[:n_live]
+
+
+@kernel
+def best_columns(row, need):  # pragma: no cover - compiled; tested against the oracle
+    """The ``need`` columns of ``row`` with the largest values, largest first (ties: the lower column first),
+    as ``np.argsort(-row, kind="stable")[:need]`` gives them."""
+    out = np.empty(need, dtype=np.int64)
+    used = np.zeros(row.shape[0], dtype=np.bool_)
+    for c in range(need):
+        best = -1
+        for j in range(row.shape[0]):
+            if not used[j] and (best < 0 or row[j] > row[best]):
+                best = j
+        out[c] = best
+        used[best] = True
+    return out
+
+
+@kernel
+def multi_join_holds(job, wl, rem, shared, sp, gpus, jobs, q, n, now, max_slowdown):  # pragma: no cover
+    """The SLO check of a multi-GPU job (``job``, workload ``wl``, ``rem`` exclusive seconds left, ``sp`` the
+    speed of its slowest GPU) joining the lone residents of GPUs ``shared``, all at once; ``q`` at the SLO's
+    quantile, flattened.
+
+    Each GPU's own check (``savings``) pictures the joiner next to that GPU's resident alone. Spread over
+    residents of several workloads, the joiner runs at the rate of its worst GPU: its slowdown is the largest
+    of theirs while they all stay, so it may end later than any one check assumed, and stretch every resident
+    longer. Bounds that hold whatever order they end in: the joiner ends by ``t = max q_ab x e_a`` (``e_a`` on
+    its slowest GPU); resident ``b`` then ends by ``slo.end_bound`` (it shares for ``t`` at most). Both must fit
+    the budget the SLO leaves each job, counting what it has already run (a preempted joiner too).
+    """
+    resident, job_workload = gpus.resident, jobs.workload
+    ea = rem / sp
+    q_max = 0.0
+    for c in range(shared.shape[0]):
+        q_max = max(q_max, q[wl * n + job_workload[resident[shared[c], 0]]])
+    t = q_max * ea
+    if not t <= joiner_budget(max_slowdown, jobs.work[job], ea, sp, jobs.start[job], now):
+        return False
+    for c in range(shared.shape[0]):
+        g = shared[c]
+        b = resident[g, 0]
+        q_ba = q[job_workload[b] * n + wl]
+        eb = jobs.remaining[b] / gpus.speed[g]
+        if not end_bound(q_ba, eb, t) <= budget(max_slowdown, jobs.work[b], gpus.speed[g], now - jobs.start[b]):
+            return False
+    return True
+
+
+@kernel
+def offer(occ, n_free, lone, rows, gpus, jobs, waiting, pairs, knobs):  # pragma: no cover - compiled
+    """The sharing step on the cluster after step 1 (``occ``, ``n_free``, ``lone``: as step 1 left them) for
+    the waiting jobs at queue positions ``rows``: ``(joined, join_gpus, single, cost, cost_rows, cost_cols)``.
+
+    Multi-GPU jobs (rare) first, in queue-head order: each takes its ``need`` best shared GPUs (with all free
+    GPUs, when some are free) when every one of them saves and ``multi_join_holds``; ``joined`` are their
+    queue positions and ``join_gpus`` their GPUs, each job's ascending, one after the other. Then
+    ``assignment_costs`` for the single-GPU jobs and the shared GPUs not taken.
+    """
+    joiners = Waiting(waiting.job[rows], waiting.gpus[rows], waiting.workload[rows], waiting.remaining[rows])
+    k_a = joiners.gpus
+    single, saving, n_good = gains(joiners, lone, gpus, jobs, pairs, knobs)
+    taken = np.zeros(single.shape[0], dtype=np.bool_)
+    joined = np.empty(rows.shape[0], dtype=np.int64)
+    n_joined = 0
+    total = 0
+    for r in range(rows.shape[0]):
+        if k_a[r] > 1:
+            total += k_a[r]
+    join_gpus = np.empty(total, dtype=np.int64)
+    o = 0
+    for r in range(rows.shape[0]):
+        need = k_a[r] - n_free  # a job with fewer saving GPUs than it needs cannot join
+        if k_a[r] <= 1 or n_good[r] <= 0 or need <= 0 or need > n_good[r]:
+            continue
+        row = saving[r].copy()
+        for c in range(single.shape[0]):
+            if taken[c]:
+                row[c] = -np.inf
+        best = best_columns(row, need)
+        every = True
+        for c in range(need):
+            every = every and row[best[c]] > 0
+        if not every:
+            continue
+        free = pick_free_gpus(occ, gpus.node, n_free)
+        shared = single[best]
+        chosen = np.concatenate((free, shared))
+        sp = np.inf
+        for c in range(chosen.shape[0]):
+            sp = min(sp, gpus.speed[chosen[c]])
+        i = rows[r]
+        if not multi_join_holds(waiting.job[i], waiting.workload[i], waiting.remaining[i], shared, sp, gpus, jobs,
+                                pairs.q, pairs.n, knobs.now, knobs.slo):
+            continue
+        for c in range(need):
+            taken[best[c]] = True
+        for c in range(chosen.shape[0]):
+            occ[chosen[c]] += 1
+        n_free -= free.shape[0]
+        chosen = chosen[stable_order(chosen)]
+        for c in range(chosen.shape[0]):
+            join_gpus[o] = chosen[c]
+            o += 1
+        joined[n_joined] = i
+        n_joined += 1
+    cost, cost_rows, cost_cols = assignment_costs(saving, k_a, taken, knobs.forbidden)
+    return joined[:n_joined], join_gpus[:o], single, cost, rows[cost_rows], cost_cols
+
+
+@kernel
+def assignment_costs(saving, k_a, taken, forbidden):  # pragma: no cover - compiled; tested via the policy
+    """Return ``(cost, rows, cols)`` for the one assignment of single-GPU waiting jobs to shared GPUs:
+    the rows (jobs asking one GPU) and columns (GPUs not ``taken``) with at least one saving cell, ``cost``
+    the negated savings there (``forbidden`` where a cell saves nothing) followed by one zero column per row
+    (waiting instead)."""
+    m, k = saving.shape
+    use_r = np.zeros(m, dtype=np.bool_)
+    use_c = np.zeros(k, dtype=np.bool_)
+    for i in range(m):
+        if k_a[i] != 1:
+            continue
+        for j in range(k):
+            if not taken[j] and saving[i, j] > 0:
+                use_r[i] = True
+                use_c[j] = True
+    rows = np.flatnonzero(use_r)
+    cols = np.flatnonzero(use_c)
+    cost = np.zeros((rows.shape[0], cols.shape[0] + rows.shape[0]))
+    for a in range(rows.shape[0]):
+        for b in range(cols.shape[0]):
+            gain = saving[rows[a], cols[b]]
+            cost[a, b] = -gain if gain > 0 else forbidden
+    return cost, rows, cols
+
+
+def assign(job: np.ndarray, single: np.ndarray, cost: np.ndarray, rows: np.ndarray, cols: np.ndarray
+           ) -> list[Placement]:
+    """Solve the assignment of the waiting jobs at queue positions ``rows`` (ids ``job``) to GPUs
+    ``single[cols]`` (``cost`` from ``assignment_costs``: one zero column per job for waiting)."""
+    if rows.shape[0] == 0:
+        return []
+    placements = []
+    n_cols = cols.shape[0]
+    for r, c in zip(*linear_sum_assignment(cost), strict=True):
+        if c < n_cols and cost[r, c] < FORBIDDEN:
+            placements.append(Placement(int(job[rows[r]]), (int(single[cols[c]]),)))
+    return placements

@@ -1,0 +1,315 @@
+"""Reference oracles of the policies' compiled rules: the Python and numpy copies the kernels replaced, small and
+slow, which tests hold the kernels equal to (STYLE.md practice 14: the fast path is the implementation, the slow
+copy a test oracle). Nothing here calls a kernel.
+
+- ``pick_free_gpus``, ``by_sensitivity``, ``fastest_block``: the free-GPU rules of ``_gpus`` and ``_order``.
+- ``shared_completion``, ``pair_constants``, ``release_times``, ``savings``, ``multi_join_holds``: the closed
+  forms of ``sharewise.slo`` and ``sharewise.sharing`` over whole arrays.
+- ``sjf_walk`` and ``sharewise_placements``: a whole ``sharewise`` call's placements without preemption, step by
+  step (the policy's former general path).
+- ``take_victims`` and ``urgent_restarts``: the victim-taking rule of urgent restarts (``sharewise.victims``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.optimize import linear_sum_assignment
+
+from sharewise.policy.base import ClusterState, Placement, Queue, in_order
+from sharewise.policy.table import SlowdownTable
+
+
+def pick_free_gpus(free: np.ndarray, node: np.ndarray, k: int) -> np.ndarray | None:
+    """``k`` GPUs among ``free`` on as few nodes as possible; ``None`` if too few: best fit on one node for a job
+    that fits on one (one GPU: the first of a node with the fewest free), else the fullest-free nodes first."""
+    idx = np.flatnonzero(free)
+    if idx.shape[0] < k:
+        return None
+    counts = np.bincount(node[idx])
+    if k == 1:
+        return idx[[int(np.argmin(counts[node[idx]]))]]
+    fitting = np.flatnonzero(counts >= k)
+    if fitting.shape[0]:
+        best = fitting[np.argmin(counts[fitting])]
+        return idx[node[idx] == best][:k]
+    rank = np.argsort(-counts[node[idx]], kind="stable")
+    return np.sort(idx[rank[:k]])
+
+
+def by_sensitivity(queue: Queue, chosen: list[int]) -> list[int]:
+    """Longest remaining first; ties: more GPUs, then queue order."""
+    return sorted(chosen, key=lambda i: (-float(queue.remaining[i]), -int(queue.gpus[i]), i))
+
+
+def fastest_block(free: np.ndarray, speed: np.ndarray, node: np.ndarray, k: int, penalty: float) -> np.ndarray:
+    """PAL's rule: the ``k`` fastest free GPUs anywhere or of one node, by effective speed (slowest GPU, over
+    ``penalty`` across nodes); ties to fewer nodes, then the node with fewer free GPUs."""
+    idx = np.flatnonzero(free)
+    ranked = idx[np.argsort(-speed[idx], kind="stable")]
+    free_nodes = node[ranked]
+    options = [ranked[:k]]
+    for n in np.unique(free_nodes):
+        on_node = ranked[free_nodes == n]
+        if on_node.shape[0] >= k:
+            options.append(on_node[:k])
+    best_key, best = None, None
+    for gpus in options:
+        spans = np.unique(node[gpus]).shape[0]
+        eff = float(speed[gpus].min()) / (penalty if spans > 1 else 1.0)
+        node_free = int((free_nodes == node[gpus[0]]).sum()) if spans == 1 else idx.shape[0]
+        key = (-eff, spans, node_free)
+        if best_key is None or key < best_key:
+            best_key, best = key, gpus
+    return best
+
+
+def budget(slo, work, speed, ran):
+    """Wall seconds a job that started ``ran`` seconds ago may still run and end within the SLO (arrays)."""
+    return slo * work / speed - ran
+
+
+def shared_completion(e_a, e_b, s_a, s_b):
+    """``(C_a, C_b)``: when two jobs sharing from now until the first one ends, end (arrays)."""
+    f_a = s_a * e_a
+    f_b = s_b * e_b
+    a_first = f_a <= f_b
+    return np.where(a_first, f_a, f_b + e_a - f_b / s_a), np.where(a_first, f_a + e_b - f_a / s_b, f_b)
+
+
+def pair_constants(table: SlowdownTable, quantile: str):
+    """``(ok, q, stretch, extra)`` per pair, flattened, at ``quantile``."""
+    ok = table.allowed
+    q = np.where(ok, getattr(table, quantile), 1.0)
+    stretch = 2 * q - 1 - q / q.T
+    extra = q * (1 - 1 / q.T)
+    return tuple(np.ascontiguousarray(x).ravel() for x in (ok, q, stretch, extra))
+
+
+def release_times(cluster: ClusterState, table: SlowdownTable) -> np.ndarray:
+    """Every GPU's predicted release (p50), ascending: 0 free, a lone job's remaining over the GPU's speed, a
+    pair's later end."""
+    resident, occupancy = cluster.resident, cluster.occupancy()
+    want = np.zeros(cluster.n_gpus)
+    single = np.flatnonzero(occupancy == 1)
+    want[single] = cluster.job_remaining[resident[single, 0]] / cluster.speed[single]
+    two = np.flatnonzero(occupancy == 2)
+    a, b = resident[two, 0], resident[two, 1]
+    wa, wb = cluster.job_workload[a], cluster.job_workload[b]
+    s_ab = np.where(table.allowed[wa, wb], table.p50[wa, wb], 1.0)
+    s_ba = np.where(table.allowed[wb, wa], table.p50[wb, wa], 1.0)
+    c_a, c_b = shared_completion(cluster.job_remaining[a], cluster.job_remaining[b], s_ab, s_ba)
+    want[two] = np.maximum(c_a, c_b) / cluster.speed[two]
+    return np.sort(want)
+
+
+def savings(wl_a, rem_a, release_a, wl_b, e_b, budget, speed_b, tab, q_slo, q_gain, max_slowdown, budget_a=None,
+            joinable=None):
+    """The sharing saving over the whole (jobs x GPUs) grid, ``-inf`` where forbidden. ``budget_a`` (jobs x GPUs):
+    what the SLO leaves a preempted joiner (NaN for a job that never ran); ``joinable`` (GPUs): False where the
+    resident shares another of its GPUs."""
+    ok = tab.allowed
+    q = np.where(ok, getattr(tab, q_slo), 1.0)
+    g = np.where(ok, getattr(tab, q_gain), 1.0)
+    a, b = wl_a[:, None], wl_b[None, :]
+    ea, eb, bud = rem_a[:, None] / speed_b[None, :], e_b[None, :], budget[None, :]
+    q_ab, q_ba, g_ab, g_ba = q[a, b], q[b, a], g[a, b], g[b, a]
+    a_first = q_ab * ea <= q_ba * eb
+    slo = np.where(
+        a_first,
+        (q_ab <= max_slowdown) & (eb + ea * (q_ab * (1 - 1 / q_ba)) <= bud),
+        (q_ba * eb <= bud) & (ea + eb * (q_ba * (1 - 1 / q_ab)) <= max_slowdown * ea),
+    )
+    slo &= ok[a, b] & (eb <= bud)
+    if budget_a is not None:
+        end_a = np.where(a_first, q_ab * ea, ea + eb * (q_ba * (1 - 1 / q_ab)))
+        slo &= np.isnan(budget_a) | (end_a <= budget_a)
+    if joinable is not None:
+        slo &= joinable[None, :]
+    gain_first = g_ab * ea <= g_ba * eb
+    stretch = np.where(gain_first, ea * (2 * g_ab - 1 - g_ab / g_ba), eb * (2 * g_ba - 1 - g_ba / g_ab))
+    return np.where(slo, np.minimum(eb, release_a[:, None]) - stretch, -np.inf)
+
+
+def sjf_walk(keys: np.ndarray, gpus: np.ndarray, n_free: int, head: int) -> tuple[list[int], list[int]]:
+    """Positions in ascending ``keys``: a job that fits on the GPUs still free starts, any other waits; the walk
+    stops after ``head`` waiting (with no free GPU, the first ``head`` wait)."""
+    if n_free == 0:
+        return [], np.argsort(keys, kind="stable")[:head].tolist()
+    starting, waiting = [], []
+    for i in in_order(keys, n_free + head):
+        if gpus[i] <= n_free:
+            starting.append(i)
+            n_free -= int(gpus[i])
+        else:
+            waiting.append(i)
+            if len(waiting) >= head:
+                break
+    return starting, waiting
+
+
+def multi_join_holds(job, wl, rem, shared, sp, cluster: ClusterState, q, n, now, slo) -> bool:
+    """A multi-GPU job joining the lone residents of ``shared`` at once: it ends by ``t = max q x e_a``; each
+    resident by ``min(q_ba e_b, e_b + t (1 - 1/q_ba))``; both within what the SLO leaves them."""
+    resident, wl_of = cluster.resident, cluster.job_workload
+    ea = rem / sp
+    t = max([0.0] + [float(q[wl * n + wl_of[resident[g, 0]]]) for g in shared]) * ea
+    start = cluster.job_start[job]
+    if not t <= (slo * ea if np.isnan(start) else budget(slo, cluster.job_work[job], sp, now - start)):
+        return False
+    for g in shared:
+        b = resident[g, 0]
+        q_ba = q[wl_of[b] * n + wl]
+        eb = cluster.job_remaining[b] / cluster.speed[g]
+        if not min(q_ba * eb, eb + t * (1 - 1 / q_ba)) <= budget(slo, cluster.job_work[b], cluster.speed[g],
+                                                                  now - cluster.job_start[b]):
+            return False
+    return True
+
+
+def sharewise_placements(queue: Queue, cluster: ClusterState, table: SlowdownTable, now: float, max_slowdown: float,
+                         head: int = 24, quantile: str = "p90", slo_quantile: str = "p90") -> list[Placement]:
+    """``sharewise(..., preempt=False)`` step by step: candidates, the SJF walk, free GPUs longest first (packed,
+    or PAL's fastest block where placements differ in speed), then multi-GPU joins and one assignment."""
+    resident, node, n_wl = cluster.resident, cluster.node, len(table)
+    occupancy = cluster.occupancy()
+    partner = np.where(occupancy == 1, resident[:, 0], -1)
+    partner_wl = np.where(partner >= 0, cluster.job_workload[partner], -1)
+    remaining = np.where(partner >= 0, cluster.job_remaining[partner], 0.0)
+    n_free = int((occupancy == 0).sum())
+    alone = np.bincount(partner_wl[partner >= 0], minlength=n_wl)
+    usable = n_free + (table.allowed.astype(np.int64) @ alone if alone.sum() else 0)
+    cand = np.flatnonzero(queue.gpus <= np.broadcast_to(usable, (n_wl,))[queue.workload])
+    if len(queue) == 0 or (n_free == 0 and alone.sum() == 0):
+        return []
+    starting, waiting = sjf_walk(queue.remaining[cand], queue.gpus[cand], n_free, head)
+    starting, waiting = cand[starting].tolist(), cand[waiting]
+    placements = []
+    for i in by_sensitivity(queue, starting):
+        job, k = int(queue.job[i]), int(queue.gpus[i])
+        speed = cluster.speed_of(job)
+        if cluster.cross_node_slowdown == 1.0 and bool(np.all(speed == speed[0])):
+            gpus = pick_free_gpus(occupancy == 0, node, k)
+        else:
+            gpus = fastest_block(occupancy == 0, speed, node, k, cluster.cross_node_slowdown)
+        occupancy[gpus] += 1
+        partner[gpus], partner_wl[gpus], remaining[gpus] = job, queue.workload[i], queue.remaining[i]
+        placements.append(Placement(job, tuple(sorted(int(g) for g in gpus))))
+    n_free = int((occupancy == 0).sum())
+    single = np.flatnonzero(partner >= 0)
+    if waiting.shape[0] == 0 or single.shape[0] == 0:
+        return placements
+    k_a = queue.gpus[waiting]
+    rel = release_times(cluster, table)
+    m = min(int(k_a.sum()) + 1, cluster.n_gpus)
+    release_a = rel[np.minimum(np.cumsum(k_a) - 1, m - 1)]
+    shared_elsewhere = np.zeros(cluster.job_remaining.shape[0], dtype=bool)
+    shared_elsewhere[resident[resident[:, 1] >= 0].ravel()] = True
+    sp, res = cluster.speed[single], partner[single]
+    job_a = queue.job[waiting]
+    bud = budget(max_slowdown, cluster.job_work[res], sp, now - cluster.job_start[res])
+    bud_a = budget(max_slowdown, cluster.job_work[job_a][:, None], sp[None, :], now - cluster.job_start[job_a][:, None])
+    saving = savings(queue.workload[waiting], queue.remaining[waiting], release_a, partner_wl[single],
+                     remaining[single] / sp, bud, sp, table, slo_quantile, quantile, max_slowdown, bud_a,
+                     ~shared_elsewhere[res])
+    n_good = (saving > 0).sum(axis=1)
+    q = pair_constants(table, slo_quantile)[1]
+    taken = np.zeros(single.shape[0], dtype=bool)
+    for r in np.flatnonzero((k_a > 1) & (n_good > 0)).tolist():
+        need = int(k_a[r]) - n_free
+        if need <= 0 or need > n_good[r]:
+            continue
+        row = np.where(taken, -np.inf, saving[r])
+        best = np.argsort(-row, kind="stable")[:need]
+        if not np.all(row[best] > 0):
+            continue
+        free = pick_free_gpus(occupancy == 0, node, n_free) if n_free else None
+        gpus = single[best] if free is None else np.concatenate([free, single[best]])
+        i = int(waiting[r])
+        if not multi_join_holds(int(queue.job[i]), int(queue.workload[i]), float(queue.remaining[i]), single[best],
+                                float(cluster.speed[gpus].min()), cluster, q, n_wl, now, max_slowdown):
+            continue
+        taken[best] = True
+        occupancy[gpus] += 1
+        n_free = int((occupancy == 0).sum())
+        placements.append(Placement(int(queue.job[i]), tuple(sorted(int(g) for g in gpus))))
+    rows = np.flatnonzero((k_a == 1) & ((saving > 0) & ~taken[None, :]).any(axis=1))
+    cols = np.flatnonzero(((saving[k_a == 1] > 0) & ~taken[None, :]).any(axis=0))
+    if rows.shape[0] == 0:
+        return placements
+    gain = saving[np.ix_(rows, cols)]
+    cost = np.hstack([np.where(gain > 0, -gain, 1e18), np.zeros((rows.shape[0], rows.shape[0]))])
+    for r, c in zip(*linear_sum_assignment(cost), strict=True):
+        if c < cols.shape[0] and cost[r, c] < 1e18:
+            placements.append(Placement(int(queue.job[waiting[rows[r]]]), (int(single[cols[c]]),)))
+    return placements
+
+
+def take_victims(victims: dict, ok: np.ndarray, free: np.ndarray, resident: np.ndarray, node: np.ndarray, k: int):
+    """GPUs for a job of ``k`` GPUs: free ones plus those of victims allowed by ``ok`` (``victims`` longest
+    first), until enough; ``(gpus, victims whose GPUs it uses)`` or None."""
+    need = k - int(free.sum())
+    chosen: list[int] = []
+    if need > 0:
+        idx = np.flatnonzero(ok & ~victims["taken"])
+        got = np.cumsum(victims["ngpus"][idx])
+        if got.shape[0] == 0 or got[-1] < need:
+            return None
+        chosen = idx[: int(np.searchsorted(got, need)) + 1].tolist()
+    trial = free.copy()
+    gpus_of = {i: np.flatnonzero(resident[:, 0] == victims["job"][i]) for i in chosen}
+    for i in chosen:
+        trial[gpus_of[i]] = True
+    gpus = pick_free_gpus(trial, node, k)
+    if gpus is None:
+        return None
+    used = set(gpus.tolist())
+    return tuple(int(g) for g in gpus), [i for i in chosen if used & set(gpus_of[i].tolist())]
+
+
+def urgent_restarts(queue: Queue, cluster: ClusterState, now: float, slo: float, urgency: float, slack_share: float,
+                    tolerance: float):
+    """Preempted jobs whose slack is down to ``urgency`` of their SLO allowance restart, least slack first, on
+    free GPUs or the GPUs of jobs running alone (longest first) that keep their own urgency slack after waiting
+    (the waiter's run time + restart) / ``slack_share``. ``(placements, stopped, wake)``."""
+    delay = cluster.preempt_delay_s
+    start_q = cluster.job_start[queue.job]
+    work_q = cluster.job_work[queue.job]
+    ran = np.isfinite(start_q)
+    s = slo * work_q - queue.remaining - delay - (now - start_q)
+    limit = urgency * (slo - 1.0) * work_q + tolerance
+    urgent = np.flatnonzero(ran & (s <= limit))
+    urgent = urgent[np.argsort(s[urgent], kind="stable")]
+    later = ran & (s > limit)
+    wake = float((now + s[later] - limit[later]).min()) if later.any() else np.inf
+    occupancy = cluster.occupancy()
+    lone = [int(j) for j in np.unique(cluster.resident[occupancy == 1, 0])
+            if (cluster.resident == j).sum() == cluster.job_ngpus[j] and not (cluster.resident[:, 1] == j).any()
+            and (occupancy[(cluster.resident == j).any(axis=1)] == 1).all()]
+    first_gpu = {j: int(np.flatnonzero(cluster.resident[:, 0] == j)[0]) for j in lone}
+    lone.sort(key=lambda j: (cluster.job_ngpus[j] > 1, first_gpu[j]))  # single-GPU jobs first, by first GPU
+    jobs = np.array(lone, dtype=np.int64)
+    speed = np.array([cluster.speed[cluster.resident[:, 0] == j].min() for j in lone])
+    speed = speed if jobs.shape[0] else np.empty(0)
+    work = cluster.job_work[jobs]
+    rem = cluster.job_remaining[jobs] / speed
+    slack = (slo * work - cluster.job_remaining[jobs] - delay) / speed - (now - cluster.job_start[jobs])
+    order = np.argsort(-rem, kind="stable")
+    victims = {"job": jobs[order], "speed": speed[order], "slack": slack[order],
+               "limit": (urgency * (slo - 1.0) * work / speed)[order], "ngpus": cluster.job_ngpus[jobs][order],
+               "taken": np.zeros(jobs.shape[0], dtype=bool)}
+    free = occupancy == 0
+    start, stopped = [], []
+    for i in urgent.tolist():
+        cost = (queue.remaining[i] + delay) / slack_share
+        ok = victims["slack"] - victims["limit"] > cost / victims["speed"]
+        got = take_victims(victims, ok, free, cluster.resident, cluster.node, int(queue.gpus[i]))
+        if got is None:
+            continue
+        gpus, chosen = got
+        for v in chosen:
+            victims["taken"][v] = True
+            stopped.append(int(victims["job"][v]))
+            free[cluster.resident[:, 0] == victims["job"][v]] = True
+        free[list(gpus)] = False
+        start.append(Placement(int(queue.job[i]), gpus))
+    return start, stopped, wake
