@@ -53,7 +53,7 @@ def _stamped(base: type) -> type:
 
 def _register() -> None:
     """Put the stamped locators first (the user's cache folder, ``NUMBA_CACHE_DIR``, then ``__pycache__``)."""
-    impl = getattr(caching, "CacheImpl", None) or getattr(caching, "_CacheImpl")  # public from numba 0.6x on
+    impl = getattr(caching, "CacheImpl", None) or caching._CacheImpl  # public from numba 0.6x on
     if any(getattr(c, "__name__", "").startswith("Stamped") for c in impl._locator_classes):
         return
     bases = [getattr(caching, name, None) or getattr(caching, "_" + name)
