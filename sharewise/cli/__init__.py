@@ -52,9 +52,9 @@ def _click_exception_types() -> tuple[type[BaseException], ...]:
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI; errors become one message on stderr and an exit code (see the module docstring)."""
     usage_errors = _click_exception_types()
-    from sharewise.predictor import model  # light: XGBoost itself loads on first use
+    from sharewise.predictor import xgboost_import  # light: XGBoost itself loads on first use
 
-    model.LEAN_XGBOOST_IMPORT = True
+    xgboost_import.LEAN_XGBOOST_IMPORT = True
     try:
         app(args=argv, standalone_mode=False, prog_name="sharewise")
     except SharewiseError as exc:

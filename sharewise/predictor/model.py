@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -12,7 +11,6 @@ import pandas as pd
 
 from sharewise.errors import (
     ConfigError,
-    MissingDependencyError,
     ModelSchemaError,
     NotFittedError,
     SchemaError,
@@ -23,6 +21,7 @@ from sharewise.predictor.params import Params
 from sharewise.predictor.persistence import read_model_files, sidecar_path, write_model_files
 from sharewise.predictor.shift import WorkloadShift
 from sharewise.predictor.validation import as_matrix, check_feature_names, feature_names_of
+from sharewise.predictor.xgboost_import import xgboost_module
 
 # Version of the saved model layout (sidecar keys and pair feature naming). Bump it when a saved model
 # could no longer be read correctly; load() refuses other versions instead of predicting garbage.
@@ -33,31 +32,6 @@ MODEL_SCHEMA_VERSION = 4
 PROBE_OFFSET = "self_f_probe_slowdown"
 #: How ``explain`` names the offset's term: this prefix, then the feature name.
 OFFSET_TERM = "offset: log "
-
-
-#: Set by the CLI, a short-lived process that only uses XGBoost's own Booster: import XGBoost without its
-#: scikit-learn wrapper. ``import xgboost`` otherwise imports scikit-learn (most of SciPy), which costs a
-#: command such as ``recommend`` more than its predictions do. Library users keep XGBoost's full import.
-LEAN_XGBOOST_IMPORT = False
-
-
-def _xgboost():
-    try:
-        if LEAN_XGBOOST_IMPORT and "xgboost" not in sys.modules and "sklearn" not in sys.modules:
-            # A None entry makes ``import sklearn`` raise ImportError, which xgboost.compat handles by
-            # leaving its scikit-learn wrapper out; sklearn imports normally again afterwards.
-            sys.modules["sklearn"] = None
-            try:
-                import xgboost
-            finally:
-                del sys.modules["sklearn"]
-        import xgboost
-    except ImportError:  # pragma: no cover - depends on the install
-        raise MissingDependencyError(
-            "the predictor needs XGBoost; install it with \"pip install 'sharewise[cpu]'\" "
-            "(or 'sharewise[gpu]')"
-        ) from None
-    return xgboost
 
 
 class SlowdownRegressor(Params):
@@ -191,7 +165,7 @@ class SlowdownRegressor(Params):
         ModelSchemaError
             The columns of ``X`` are not the features ``featurizer`` builds (the message lists them).
         """
-        xgb = _xgboost()
+        xgb = xgboost_module()
         quantiles = self._check_params()
         names = feature_names_of(X)
         if featurizer is not None:
@@ -390,7 +364,7 @@ class SlowdownRegressor(Params):
         return self._contributions(self._validated(X))
 
     def _contributions(self, data: np.ndarray) -> pd.DataFrame:
-        xgb = _xgboost()
+        xgb = xgboost_module()
         offset, margin = self._offset(data)
         contribs = self.booster_.predict(
             xgb.DMatrix(data, feature_names=list(self.feature_names_in_), base_margin=margin),
@@ -449,7 +423,7 @@ class SlowdownRegressor(Params):
             Missing sidecar, another schema version, or feature names that differ between the two files or
             from the featurizer's (the message lists the unseen and missing names).
         """
-        booster, meta = read_model_files(path, MODEL_SCHEMA_VERSION, _xgboost())
+        booster, meta = read_model_files(path, MODEL_SCHEMA_VERSION, xgboost_module())
         side = sidecar_path(path)
         names = [str(n) for n in meta.get("feature_names", [])]
         check_feature_names(list(booster.feature_names or []), names, what=f"{Path(path).name} and {side.name}")
