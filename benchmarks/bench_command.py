@@ -28,6 +28,8 @@ import tempfile
 from pathlib import Path
 
 SCRIPT = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "cnn_train.py"
+#: A round whose profiles saw other processes use more than this share of the machine is disturbed.
+BUSY = 0.10
 TARGET = 0.10
 
 
@@ -72,7 +74,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"model: Net of {SCRIPT.name}, batch {args.batch_size}, {args.rounds} rounds, fresh process per profile")
     print(f"{'round':>5s} {'class st/s':>11s} {'command st/s':>13s} {'cmd/class':>10s} {'loader st/s':>12s} "
           f"{'foreign max':>12s}")
-    ratios = []
+    ratios, busiest = [], 0.0
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
             order = ["class", "command", "loader"] if r % 2 == 0 else ["command", "class", "loader"]
@@ -83,14 +85,17 @@ def main(argv: list[str] | None = None) -> None:
                 foreign.append(share)
             ratio = rate["command"] / rate["class"]
             ratios.append(ratio)
+            busiest = max(busiest, *foreign)
             print(f"{r:5d} {rate['class']:11.2f} {rate['command']:13.2f} {ratio:10.3f} {rate['loader']:12.2f} "
                   f"{max(foreign) * 100:11.0f}%")
     median = statistics.median(ratios)
-    worst = max(abs(x - 1) for x in ratios)
+    within = sum(abs(x - 1) <= TARGET for x in ratios)
     print(f"command/class step rate: median {median:.3f}, range {min(ratios):.3f}-{max(ratios):.3f}; "
           f"target within {TARGET:.0%}: {'met' if abs(median - 1) <= TARGET else 'missed'} by the median, "
-          f"{'met' if worst <= TARGET else 'missed'} by every round")
-    print("on a machine other processes were using (foreign share above ~10%), rerun when it is idle")
+          f"{within} of {len(ratios)} rounds within it")
+    if busiest > BUSY:
+        print(f"other processes used up to {busiest:.0%} of the machine in a round (above {BUSY:.0%}): "
+              "rerun when it is idle")
 
 
 if __name__ == "__main__":
