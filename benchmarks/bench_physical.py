@@ -71,6 +71,8 @@ def one_repeat(trace: Path, out: Path, args) -> dict:
         cmd += ["--slots", str(args.slots)]
     if args.mode:
         cmd += ["--mode", args.mode]
+    if args.round_s:
+        cmd += ["--round-s", str(args.round_s)]
     busy0, t0 = busy_seconds(), time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     own = _tree_cpu_until_exit(proc)
@@ -149,6 +151,8 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--slots", type=int, default=None)
     parser.add_argument("--mode", default=None)
+    parser.add_argument("--round-s", type=float, default=None,
+                        help="Start jobs only at multiples of this many seconds (Gavel's rounds), in both worlds.")
     parser.add_argument("--data", default="reference")
     parser.add_argument("--calibrate", type=float, default=6.0)
     parser.add_argument("--out", type=Path, default=REPO / "runs" / "bench-physical")
