@@ -111,7 +111,7 @@ def report(results: list[dict]) -> None:
     rows = {}
     for p in POLICIES:
         comp = [r["comparison"][p] for r in results]
-        rows[p] = {k: [c[k] for c in comp] for k in comp[0] if k != "sim_jct"}
+        rows[p] = {k: [c.get(k) for c in comp] for k in comp[0] if k != "sim_jct"}
     print(f"\n{'policy':14s} {'avg JCT phys':>12s} {'avg JCT sim':>11s} {'phys/sim':>9s} {'p95 phys/sim':>12s} "
           f"{'job median':>10s} {'within 10%':>10s} {'within 20%':>10s} {'gain phys':>9s} {'gain sim':>8s}")
     for p, r in rows.items():
@@ -137,6 +137,20 @@ def report(results: list[dict]) -> None:
     print(f"  sharewise below exclusive-sjf physically: {'met' if below else 'NOT met'}")
     print(f"  |physical gain - simulated gain| <= 0.05: {'met' if all(g <= 0.05 for g in gap) else 'NOT met'} "
           f"({', '.join(f'{g:.3f}' for g in gap)})")
+    print("\nwhere the two part, per repeat (the jobs' own run times, first start to finish, within 10% of the "
+          "simulated; jobs started in another order, and from when; with rounds, jobs that ended in another round):")
+    for p, r in rows.items():
+        parts = []
+        for k in range(len(results)):
+            d = r["diverged_at"][k]
+            part = (f"run {r['run_within_10'][k]:.0%}, order " + (f"{r['order_changed'][k]} from {d['t']:.0f} s"
+                                                                  if d else "same"))
+            if r.get("round_crossings") and r["round_crossings"][k]:
+                c = r["first_crossing"][k]
+                part += (f", {r['round_crossings'][k]} round crossings (first {c['job']}: {c['physical']:.1f} s "
+                         f"physically, {c['simulated']:.1f} s simulated)")
+            parts.append(part)
+        print(f"  {p:14s} " + "; ".join(parts))
     print("\nforeign load per repeat (share of the machine used by other processes): "
           + ", ".join(f"{r['foreign_share']:.1%}" for r in results)
           + "; wall per repeat: " + ", ".join(f"{r['wall_s']:.0f} s" for r in results))

@@ -107,6 +107,11 @@ def main(argv: list[str]) -> int:
                 prints.setdefault(name, fingerprint(r))
                 if prints[name] != fingerprint(r):
                     raise SystemExit(f"{name} scheduled differently in round {k + 1}: the replay is not deterministic")
+        # Why the ratio is what it is: a preemptive policy is called at every event while jobs wait (it may
+        # stop a running job for a shorter one), a non-preemptive one only while a GPU slot is free.
+        for name, r in results.items():
+            print(f"  {name}: {r.policy_calls:,} policy calls at {r.events:,} events, "
+                  f"{1e6 * r.wall_s / max(r.policy_calls, 1):.0f} us of replay per call")
         ratios = [r["ratio"] for r in out["rounds"]]
         ours_s = [r[OURS] for r in out["rounds"]]
         median_ratio = statistics.median(ratios)

@@ -24,13 +24,14 @@ import pandas as pd
 import pytest
 from loadguard import LoadWindow
 
+from sharewise.app.run_compare import divergence, why
 from sharewise.datasets.store import Dataset, utc_now
 from sharewise.datasets.traces import TraceContext
 from sharewise.datasets.traces.generic import read_generic_csv, write_generic_csv
 from sharewise.errors import TraceError
 from sharewise.policy import get_policy, transition
 from sharewise.policy.cluster import Cluster
-from sharewise.policy.loop import DONE, QUEUED, SchedulingLoop
+from sharewise.policy.loop import DONE, QUEUED, SchedulingLoop, SimulationResult
 from sharewise.policy.simulator import SimWorld, simulate
 from sharewise.policy.table import SlowdownTable
 from sharewise.runtime.world import Segment, Sitting
@@ -135,6 +136,34 @@ def test_the_sitting_pools_pairings_in_either_order_weighted_by_time():
     s.pairs[("c", "c")].append((1.1, 1.3, 5.0))
     assert s.pair("c", "c")[:2] == pytest.approx((1.2, 1.2))  # a self-pair's two sides are one workload: their mean
     assert Sitting.from_json(json.loads(json.dumps(s.to_json()))).pair("a", "b") == s.pair("a", "b")
+
+
+def _result(start, finish) -> SimulationResult:
+    start, finish = np.array(start, dtype=float), np.array(finish, dtype=float)
+    return SimulationResult("p", np.zeros(len(start)), finish - start, start, finish, np.ones(len(start)), 0.0, 1, 2.0)
+
+
+def test_the_comparison_says_where_a_run_and_its_simulation_part():
+    ids = np.array(["j0", "j1", "j2", "j3"], dtype=object)
+    # By hand: j0 runs 0-10 in both; physically j2 starts at 10 and j1 at 20, simulated the other way round
+    # (a decision flip at 10 s); j3 starts last in both. Run times: j0 10/10, j2 10/10, j1 10/10 and
+    # j3 13/10 (a slow run): 3 of 4 within 10%, median 1.0.
+    phys = _result([0, 20, 10, 30], [10, 30, 20, 43])
+    sim = _result([0, 10, 20, 30], [10, 20, 30, 40])
+    d = divergence(phys, sim, ids, None)
+    assert d["run_ratio_median"] == 1.0 and d["run_within_10"] == 0.75
+    assert d["order_changed"] == 2 and d["diverged_at"] == {"t": 10.0, "physical": "j2", "simulated": "j1"}
+    assert "round_crossings" not in d
+    # With 20 s rounds: j1 ends at 30 physically (round 1) and 20 simulated (round 0, ending on a boundary
+    # counts in the round before it), j2 the other way round, j3 at 43 (round 2) against 40 (round 1).
+    d = divergence(phys, sim, ids, 20.0)
+    assert d["round_crossings"] == 3 and d["first_crossing"] == {"job": "j1", "physical": 30.0, "simulated": 20.0}
+    same = divergence(sim, sim, ids, 20.0)
+    assert (same["order_changed"], same["diverged_at"], same["round_crossings"]) == (0, None, 0)
+    row = {"jobs_compared": 4, **d}
+    line = why("sharewise", row)
+    assert "2 of 4 jobs started in another order, from 10.0 s on (j2 started there physically, j1 in" in line
+    assert "3 job(s) ended in another round than simulated, the first j1" in line
 
 
 def test_a_trace_in_steps_reads_back_and_turns_into_seconds_at_the_solo_throughput(tmp_path):
