@@ -54,10 +54,9 @@ def normalize_queue(queue: pd.DataFrame, table: SlowdownTable) -> pd.DataFrame:
     jobs["gpus"] = gpus.to_numpy(dtype=float).astype(np.int64)
     if "remaining_s" in queue.columns:
         rem = pd.to_numeric(queue["remaining_s"], errors="coerce").to_numpy(dtype=float)
-        given = (
-            queue["remaining_s"].astype(str).str.strip().ne("").to_numpy()
-            & queue["remaining_s"].notna().to_numpy()
-        )
+        given = queue["remaining_s"].notna().to_numpy(copy=True)
+        if not pd.api.types.is_numeric_dtype(queue["remaining_s"]):  # text: an empty cell is not given either
+            given &= queue["remaining_s"].astype(str).str.strip().ne("").to_numpy()
         bad = given & (~np.isfinite(rem) | (rem < 0))
         if bad.any():
             row = int(np.argmax(bad))
