@@ -111,7 +111,8 @@ def report(results: list[dict]) -> None:
     rows = {}
     for p in POLICIES:
         comp = [r["comparison"][p] for r in results]
-        rows[p] = {k: [c.get(k) for c in comp] for k in comp[0] if k != "sim_jct"}
+        keys = dict.fromkeys(k for c in comp for k in c if k != "sim_jct")  # first_crossing: only some repeats
+        rows[p] = {k: [c.get(k) for c in comp] for k in keys}
     print(f"\n{'policy':14s} {'avg JCT phys':>12s} {'avg JCT sim':>11s} {'phys/sim':>9s} {'p95 phys/sim':>12s} "
           f"{'job median':>10s} {'within 10%':>10s} {'within 20%':>10s} {'gain phys':>9s} {'gain sim':>8s}")
     for p, r in rows.items():

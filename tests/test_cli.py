@@ -149,3 +149,23 @@ def test_commands_that_run_no_workload_import_neither_torch_nor_matplotlib(args,
     assert proc.returncode == 0, proc.stderr[-2000:]
     heavy = _json.loads(proc.stdout.strip().splitlines()[-1])
     assert heavy == [], f"'sharewise {' '.join(args)}' imported {heavy}"
+
+
+def test_print_json_writes_what_any_parser_reads(capsys):
+    import numpy as np
+
+    from sharewise.cli.common import PRETTY_MAX_CHARS, print_json
+
+    obj = {"nan": float("nan"), "inf": np.float64("inf"), "n": np.int64(4), "f": np.float32(1.5),
+           "a": np.array([1.0, np.nan]), "t": (1, 2), 7: "int key", "ok": np.bool_(True)}
+    print_json(obj)
+    out = capsys.readouterr().out
+    assert "\n  " in out  # small: indented for a person
+    assert json.loads(out) == {"nan": None, "inf": None, "n": 4, "f": 1.5, "a": [1.0, None], "t": [1, 2],
+                               "7": "int key", "ok": True}
+    print_json({"big": 2**70, "x": [np.nan]})  # beyond 64 bits: orjson refuses, the standard library writes it
+    assert json.loads(capsys.readouterr().out) == {"big": 2**70, "x": [None]}
+    long = {"ids": [f"job-{i:07d}" for i in range(PRETTY_MAX_CHARS // 10)]}
+    print_json(long)
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and json.loads(out) == long  # large: one compact line

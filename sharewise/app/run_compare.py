@@ -88,8 +88,8 @@ def compare(inputs: RunInputs, config: PhysicalConfig, runs: dict[str, Simulatio
             "avg_jct_physical": float(np.mean(phys_jct[ok])), "avg_jct_simulated": float(np.mean(sim.jct[ok])),
             "p95_jct_physical": _p95(phys_jct[ok]), "p95_jct_simulated": _p95(sim.jct[ok]),
             "job_ratio_median": float(np.median(ratio)) if ratio.size else math.nan,
-            "within_10": float(np.mean(np.abs(ratio - 1) <= 0.10)) if ratio.size else math.nan,
-            "within_20": float(np.mean(np.abs(ratio - 1) <= 0.20)) if ratio.size else math.nan,
+            "within_10": _within(ratio, 0.10),
+            "within_20": _within(ratio, 0.20),
             "jobs_compared": int(ok.sum()), "preemptions_physical": int(run.metrics.get("preemptions", 0)),
             "preemptions_simulated": int(sim.metrics["preemptions"]),
             "sim_jct": [round(float(x), 3) for x in sim.jct],
@@ -133,7 +133,7 @@ def divergence(phys: SimulationResult, sim: SimulationResult, job_ids, round_s: 
     moved = [k for k, (a, b) in enumerate(zip(p_order, s_order, strict=True)) if a != b]
     out = {
         "run_ratio_median": float(np.median(run)) if run.size else math.nan,
-        "run_within_10": float(np.mean(np.abs(run - 1) <= 0.10)) if run.size else math.nan,
+        "run_within_10": _within(run, 0.10),
         "order_changed": len(moved),
         "diverged_at": None,
     }
@@ -170,6 +170,11 @@ def why(name: str, row: dict) -> str:
                  f"(at {c['physical']:.1f} s physically, {c['simulated']:.1f} s simulated): the job after it starts "
                  "a whole round later or earlier")
     return line + "."
+
+
+def _within(ratio: np.ndarray, tol: float) -> float:
+    """The share of ``ratio`` within ``tol`` of 1 (NaN for none)."""
+    return float(np.mean(np.abs(ratio - 1) <= tol)) if ratio.size else math.nan
 
 
 def _p95(x: np.ndarray) -> float:

@@ -27,6 +27,8 @@ err_console = Console(stderr=True, highlight=False, width=_width(sys.stderr))
 #: Above this many characters, JSON is printed compact (one line): a recommendation for 100,000 queued jobs is
 #: 25 MB, which a person does not read and indentation only makes larger.
 PRETTY_MAX_CHARS = 200_000
+_COMPACT = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
+_PRETTY = _COMPACT | orjson.OPT_INDENT_2
 
 
 def print_json(obj) -> None:
@@ -39,8 +41,8 @@ def print_json(obj) -> None:
     standard library.
     """
     try:
-        text = orjson.dumps(obj, default=_scalar, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
-        if len(text) <= PRETTY_MAX_CHARS:
+        text = orjson.dumps(obj, default=_scalar, option=_COMPACT)
+        if len(text) <= PRETTY_MAX_CHARS:  # small: encoded again, indented (cheap at this size)
             text = orjson.dumps(obj, default=_scalar, option=_PRETTY)
         text = text.decode()
     except TypeError:  # orjson.JSONEncodeError is a TypeError
@@ -48,9 +50,6 @@ def print_json(obj) -> None:
         if len(text) <= PRETTY_MAX_CHARS:
             text = json.dumps(_clean(obj, [0]), indent=2)
     print(text)
-
-
-_PRETTY = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS | orjson.OPT_INDENT_2
 
 
 def _scalar(obj):
