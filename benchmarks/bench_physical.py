@@ -11,7 +11,8 @@ simulated one) with the spread over repeats, and the share of the machine other 
 repeat (a busy machine is a bigger signal than the interference measured).
 
     .venv/bin/python benchmarks/bench_physical.py [--repeats 2] [--jobs 16] [--device cpu] [--slots 1]
-        [--seed 0] [--out runs/bench-physical] [--data reference]
+        [--seed 0] [--out runs/bench-physical] [--data reference] [--size small] [--min-s 10 --max-s 60]
+        [--workloads lstm_lm ...] [--trace-only trace.csv]
 
 On a GPU: ``--device cuda`` (every visible GPU is a slot; ``--mode mps`` to share through MPS) with a dataset
 measured on that GPU (``--data``).
@@ -37,12 +38,14 @@ POLICIES = ("exclusive-sjf", "sjf-bsbf", "sharewise")
 WORKLOADS = ("lstm_lm", "mobilenet_v2", "bert", "a3c", "ncf", "resnet18", "dcgan", "pointnet")
 
 
-def make_trace(path: Path, n_jobs: int, seed: int, load: float, data: str) -> list[dict]:
-    """Write the benchmark's trace: durations 10 x 6^(u^2) s (10 to 60 s, short ones most common), Poisson
-    arrivals at ``load`` times the rate one slot could serve exclusively; returns the rows."""
+def make_trace(path: Path, n_jobs: int, seed: int, load: float, data: str = "reference", min_s: float = 10.0,
+               max_s: float = 60.0, workloads: tuple[str, ...] = WORKLOADS) -> list[dict]:
+    """Write the benchmark's trace: durations min_s x (max_s/min_s)^(u^3) s (10 to 60 s by default, short ones
+    most common), workloads drawn from ``workloads``, Poisson arrivals at ``load`` times the rate one slot could
+    serve exclusively; returns the rows."""
     rng = np.random.default_rng(seed)
-    durations = 10.0 * 6.0 ** (rng.uniform(0, 1, n_jobs) ** 3)
-    workloads = rng.choice(WORKLOADS, size=n_jobs)
+    durations = min_s * (max_s / min_s) ** (rng.uniform(0, 1, n_jobs) ** 3)
+    workloads = rng.choice(list(workloads), size=n_jobs)
     gaps = rng.exponential(durations.mean() / load, size=n_jobs)
     gaps[0] = 0.0
     arrivals = np.cumsum(gaps)
@@ -73,6 +76,8 @@ def one_repeat(trace: Path, out: Path, args) -> dict:
         cmd += ["--mode", args.mode]
     if args.round_s:
         cmd += ["--round-s", str(args.round_s)]
+    if args.size:
+        cmd += ["--size", args.size]
     busy0, t0 = busy_seconds(), time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     own = _tree_cpu_until_exit(proc)
@@ -170,13 +175,28 @@ def main(argv: list[str]) -> None:
                         help="Start jobs only at multiples of this many seconds (Gavel's rounds), in both worlds.")
     parser.add_argument("--data", default="reference")
     parser.add_argument("--calibrate", type=float, default=6.0)
+    parser.add_argument("--size", default=None, help="Size of built-in workloads (run's default: small).")
+    parser.add_argument("--min-s", type=float, default=10.0, help="Shortest solo duration drawn, seconds.")
+    parser.add_argument("--max-s", type=float, default=60.0, help="Longest solo duration drawn, seconds.")
+    parser.add_argument("--workloads", nargs="+", default=list(WORKLOADS), help="Workloads the trace draws from.")
+    parser.add_argument("--trace-only", type=Path, default=None,
+                        help="Write the trace to this file and stop (scripts/gpu_check.sh runs it itself).")
     parser.add_argument("--out", type=Path, default=REPO / "runs" / "bench-physical")
     parser.add_argument("--json", type=Path, default=None, help="Also write every repeat's result here.")
     args = parser.parse_args(argv)
+    if not 0 < args.min_s <= args.max_s:
+        parser.error(f"--min-s and --max-s must satisfy 0 < min <= max, got {args.min_s} and {args.max_s}")
+    if args.trace_only is not None:
+        rows = make_trace(args.trace_only, args.jobs, args.seed, args.load, args.data, args.min_s, args.max_s,
+                          tuple(args.workloads))
+        print(f"trace {args.trace_only}: {len(rows)} jobs of {sorted({r['workload'] for r in rows})}, solo "
+              f"{sum(r['duration_s'] for r in rows):.0f} s in all, last arrival at {rows[-1]['arrival_s']:.0f} s")
+        return
     args.out.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%S")
     trace = args.out / f"trace-seed{args.seed}.csv"
-    rows = make_trace(trace, args.jobs, args.seed, args.load, args.data)
+    rows = make_trace(trace, args.jobs, args.seed, args.load, args.data, args.min_s, args.max_s,
+                      tuple(args.workloads))
     total = sum(r["duration_s"] for r in rows)
     print(f"trace {trace}: {len(rows)} jobs, solo durations {min(r['duration_s'] for r in rows):.0f}-"
           f"{max(r['duration_s'] for r in rows):.0f} s ({total:.0f} s in all), last arrival at "

@@ -1,39 +1,58 @@
 #!/usr/bin/env bash
-# GPU check on one NVIDIA GPU in under 9 minutes: a smoke test of the CUDA path, the @pytest.mark.gpu tests,
-# solo profiles (with the probe) of 8 full-size zoo workloads from 8 families, then every pair of them
-# (28 distinct pairs + 8 self-pairs = 36, what `sharewise pairs` measures for 8 workloads) in `timeslice` and,
-# where NVIDIA MPS is installed, `mps` mode, all into one dataset folder. Logs, the dataset, `sharewise show`
-# and a meta file (settings, nvidia-smi, driver, CUDA and torch versions) are packed as ONE archive,
-# OUT_DIR/gpu-check.tgz, and nothing else is left in OUT_DIR (the device returns few files, and a campaign
-# writes one Parquet file per pair).
+# GPU check on one NVIDIA GPU, staged by value, each stage keeping what it finished:
+#   smoke     torch sees the GPU, `sharewise.cli` imports (else the run stops here), a few workloads step;
+#   tests     the @pytest.mark.gpu tests (a CUDA command job paused and resumed, an MPS pair, `run --device cuda`,
+#             NVML sampling);
+#   profile   solo profiles with the probe of 8 full-size zoo workloads from 8 families;
+#   MODES     every pair of them (28 distinct + 8 self-pairs = 36, what `sharewise pairs` measures for 8
+#             workloads) per sharing mode: `timeslice`, then `mps` where NVIDIA MPS is installed (its profiles
+#             reuse the timeslice features from the feature cache; no probe there: MPS_PROBE=1 adds it);
+#   physical  `sharewise run` of a PHYS_JOBS-job trace drawn from PHYS_WORKLOADS under exclusive-sjf, sjf-bsbf and
+#             sharewise, knowing the pairs measured above, with --compare-sim (this sitting's truth);
+#   command   a training script (tests/fixtures/cnn_train.py) as `NAME=cmd:...`, profiled next to the same
+#             model as a workload class, then paired with itself and with CMD_PARTNER.
+# Logs, the dataset, the physical run folder, `sharewise show`, the feature cache and a meta file (settings,
+# nvidia-smi, driver, CUDA and torch versions, pip list) are packed as ONE archive, OUT_DIR/gpu-check.tgz, and
+# nothing else is left in OUT_DIR (the device returns few files, and a campaign writes one Parquet file per pair).
 #
 # Usage: bash scripts/gpu_check.sh [OUT_DIR] [STAGES]
 #   OUT_DIR  default: $OUT/sharewise-gpu-check, or /tmp/sharewise-gpu-check without $OUT.
-#   STAGES   comma-separated, any of smoke,tests,profile,pairs (all MODES) or single MODES (default: all).
+#   STAGES   comma-separated, any of smoke,tests,profile,pairs (all MODES),physical,command or single MODES
+#            (default: all).
 #
 # Time: each stage runs under `timeout` with its own budget, counted from when the first stage starts. Time
 # a stage leaves unused (it ended early or was skipped) carries over to the next stage, and no stage runs
 # past TOTAL_LIMIT - PACK_RESERVE seconds after the script started, so it ends within TOTAL_LIMIT (+ KILL_GRACE,
-# the wait between `timeout`'s SIGTERM and its SIGKILL). Profiles and pairs are saved one by one as they
-# finish, so a stage cut by its limit keeps what it measured, the later stages still run, and rerunning
-# with the same OUT_DIR resumes (the archive found there is unpacked first; RESUME=path/to/gpu-check.tgz
-# resumes from an archive elsewhere, e.g. one carried to a fresh GPU machine). Exit status: 1 when a stage
-# failed, or when the smoke or test stage was cut by its limit; a measuring stage cut by its limit is
-# reported as "cut" in the summary (its partial data is the point of the limit) and still exits 0.
+# the wait between `timeout`'s SIGTERM and its SIGKILL). Profiles, pairs and finished physical runs are saved one
+# by one as they finish, so a stage cut by its limit keeps what it measured, the later stages still run, and
+# rerunning with the same OUT_DIR resumes (the archive found there is unpacked first; RESUME=path/to/gpu-check.tgz
+# resumes from an archive elsewhere, e.g. one carried to a fresh GPU machine): measured profiles and pairs are not
+# measured again, a finished physical run or command stage is skipped. Exit status: 1 when a stage failed, or
+# when the smoke or test stage was cut by its limit; a measuring stage cut by its limit is reported as "cut" in
+# the summary (its partial data is the point of the limit) and still exits 0. A failed smoke stage stops the run.
 #
 # Settings (environment; defaults are for the GPU run):
-#   PYTHON=python3   DEVICE=cuda:0   SIZE=full   MODES="timeslice mps" ("cpu cpu-partition" when DEVICE=cpu)
+#   PYTHON=python3   DEVICE=cuda:0   SIZE=full   MODES="timeslice mps" ("cpu" when DEVICE=cpu)
 #   WORKLOADS="resnet18 vgg16 mobilenet_v2 bert transformer lstm_lm ncf dcgan"  (spaces or commas)
 #   SMOKE_WORKLOADS (default: the first 4 of WORKLOADS)   PROFILE_MODE (default: the first of MODES, not mps)
-#   WINDOW=0.3 MIN_STEPS=3 REPEATS=2 MAX_REPEATS=3 CI_TARGET=5 PROFILE_REPEATS=3 ISOLATION=warm
+#   WINDOW=0.3 MIN_STEPS=3 REPEATS=2 MAX_REPEATS=3 CI_TARGET=5 PROFILE_REPEATS=3 ISOLATION=warm MPS_PROBE=0
 #   IDLE_WAIT=2 RUN_TIMEOUT=60   (--idle-wait and --timeout of one run, seconds)
-#   SMOKE_LIMIT=45 TESTS_LIMIT=75 PROFILE_LIMIT=90 PAIRS_LIMIT=150 (each mode; per mode: TIMESLICE_LIMIT,
-#   MPS_LIMIT, CPU_LIMIT, CPU_PARTITION_LIMIT)   TOTAL_LIMIT=525 PACK_RESERVE=15 KILL_GRACE=10  (seconds)
-# A CPU dry run: DEVICE=cpu SIZE=tiny WORKLOADS="a3c ncf dae_cf" MODES=cpu WINDOW=0.2 bash scripts/gpu_check.sh
-# (the smoke stage's nvidia-smi and the GPU test stage are skipped there, with the reason printed).
+#   PHYS_JOBS=6 PHYS_MIN_S=3 PHYS_MAX_S=8 PHYS_LOAD=1.5 PHYS_SEED=0 PHYS_CALIBRATE=2
+#   PHYS_WORKLOADS="resnet18 bert ncf lstm_lm"  PHYS_POLICIES="exclusive-sjf sjf-bsbf sharewise"
+#   CMD_BATCH=64 CMD_PARTNER=resnet18
+#   SMOKE_LIMIT=35 TESTS_LIMIT=70 PROFILE_LIMIT=80 PAIRS_LIMIT=120 (each mode; per mode: TIMESLICE_LIMIT,
+#   MPS_LIMIT=90, CPU_LIMIT, CPU_PARTITION_LIMIT)  PHYSICAL_LIMIT=100 COMMAND_LIMIT=45
+#   TOTAL_LIMIT=560 PACK_RESERVE=15 KILL_GRACE=10  (seconds)
+#   KEEP_DIR: also copy the archive there (a folder outside $OUT, which the device empties before each command,
+#   so a rerun on the same warm machine resumes with RESUME=$KEEP_DIR/gpu-check.tgz and nothing carried)
+#   SHAREWISE_CACHE_DIR (default: a folder inside the archive, so a rerun on a fresh machine reuses the features)
+# A CPU dry run: DEVICE=cpu SIZE=tiny WORKLOADS="a3c ncf dae_cf" MODES=cpu WINDOW=0.2 PHYS_WORKLOADS="a3c ncf"
+# CMD_PARTNER=ncf bash scripts/gpu_check.sh (the smoke stage's nvidia-smi and the GPU test stage are skipped there,
+# with the reason printed; tests/test_gpu_check.py runs it with every import refused that the GPU image lacks).
 #
-# Uses the machine's python3 with its CUDA PyTorch (never pulls a CPU wheel). Missing pure-Python packages (e.g.
-# xgboost-cpu) may be supplied as wheels in .whl/; they are installed into /tmp/site.
+# Uses the machine's python3 with its CUDA PyTorch (never pulls a CPU wheel). The GPU image has no XGBoost (which
+# `run`'s predictions need) and no orjson (the CLI does without): carry wheels in .whl/ (scripts/gpu_image_packages.txt
+# lists what the image has and what is carried); they are installed into /tmp/site.
 set -uo pipefail
 T0=$(date +%s)
 OUT_DIR=${1:-${OUT:-/tmp}/sharewise-gpu-check}
@@ -53,7 +72,7 @@ int_env() {
 
 DEVICE=${DEVICE:-cuda:0}
 SIZE=${SIZE:-full}
-if [[ $DEVICE == cpu ]]; then MODES=${MODES:-cpu cpu-partition}; else MODES=${MODES:-timeslice mps}; fi
+if [[ $DEVICE == cpu ]]; then MODES=${MODES:-cpu}; else MODES=${MODES:-timeslice mps}; fi
 WORKLOADS=${WORKLOADS:-resnet18 vgg16 mobilenet_v2 bert transformer lstm_lm ncf dcgan}
 read -r -a WL <<<"${WORKLOADS//,/ }"
 read -r -a MODE_LIST <<<"${MODES//,/ }"
@@ -70,18 +89,33 @@ CI_TARGET=${CI_TARGET:-5}
 ISOLATION=${ISOLATION:-warm}
 IDLE_WAIT=${IDLE_WAIT:-2}
 RUN_TIMEOUT=${RUN_TIMEOUT:-60}
+PHYS_WORKLOADS=${PHYS_WORKLOADS:-resnet18 bert ncf lstm_lm}
+PHYS_POLICIES=${PHYS_POLICIES:-exclusive-sjf sjf-bsbf sharewise}
+PHYS_MIN_S=${PHYS_MIN_S:-3}
+PHYS_MAX_S=${PHYS_MAX_S:-8}
+PHYS_LOAD=${PHYS_LOAD:-1.5}
+PHYS_CALIBRATE=${PHYS_CALIBRATE:-2}
+CMD_PARTNER=${CMD_PARTNER:-resnet18}
+read -r -a PHYS_WL <<<"${PHYS_WORKLOADS//,/ }"
+read -r -a PHYS_POL <<<"${PHYS_POLICIES//,/ }"
 int_env MIN_STEPS 3
 int_env REPEATS 2
 int_env MAX_REPEATS 3
 int_env PROFILE_REPEATS 3
-int_env SMOKE_LIMIT 45
-int_env TESTS_LIMIT 75
-int_env PROFILE_LIMIT 90
-int_env PAIRS_LIMIT 150
-int_env TOTAL_LIMIT 525
+int_env MPS_PROBE 0
+int_env PHYS_JOBS 6
+int_env PHYS_SEED 0
+int_env CMD_BATCH 64
+int_env SMOKE_LIMIT 35
+int_env TESTS_LIMIT 70
+int_env PROFILE_LIMIT 80
+int_env PAIRS_LIMIT 120
+int_env PHYSICAL_LIMIT 100
+int_env COMMAND_LIMIT 45
+int_env TOTAL_LIMIT 560
 int_env PACK_RESERVE 15
 int_env KILL_GRACE 10
-STAGES=${2:-${STAGES:-smoke,tests,profile,$(IFS=,; echo "${MODE_LIST[*]}")}}
+STAGES=${2:-${STAGES:-smoke,tests,profile,$(IFS=,; echo "${MODE_LIST[*]}"),physical,command}}
 
 export PYTHONUNBUFFERED=1 COLUMNS=${COLUMNS:-160}
 PY=${PYTHON:-python3}
@@ -100,7 +134,10 @@ ARCHIVE=$OUT_DIR/gpu-check.tgz
 WORK=$OUT_DIR/gpu-check
 DS=$WORK/dataset
 LOGS=$WORK/logs
+PHYS=$WORK/physical
 SUMMARY=$WORK/summary.txt
+# Features are cached per machine; inside WORK they travel with the archive to a rerun on a fresh machine.
+export SHAREWISE_CACHE_DIR=${SHAREWISE_CACHE_DIR:-$WORK/cache}
 mkdir -p "$OUT_DIR" || fail_usage "cannot create the output folder $OUT_DIR"
 [[ -z $RESUME && -f $ARCHIVE ]] && RESUME=$ARCHIVE
 if [[ -n $RESUME && ! -d $WORK ]]; then
@@ -114,7 +151,8 @@ say() { echo "=== [$(($(date +%s) - T0))s] $*"; }
 rc=0
 SCHEDULED=0  # seconds after the first stage began by which the stages run so far were due to end
 SCHED0=0     # seconds since T0 when the first stage began (set below)
-ABORT=""     # set when nothing after the smoke test can work (no GPU visible)
+ABORT=""     # set when nothing after the smoke test can work (no GPU visible, the CLI cannot import)
+LAST_OUTCOME=""  # ok, cut, failed or skipped: how the last run_stage ended
 selected() { [[ ",$STAGES," == *",$1,"* ]]; }
 record() {  # record STAGE OUTCOME SECONDS DETAIL: one line of summary.txt
   printf '%-20s %-8s %5ss  %s\n' "$1" "$2" "$3" "$4" | tee -a "$SUMMARY"
@@ -133,6 +171,7 @@ run_stage() {
   limit=$((SCHED0 + SCHEDULED - now))
   ((limit > TOTAL_LIMIT - PACK_RESERVE - now)) && limit=$((TOTAL_LIMIT - PACK_RESERVE - now))
   if ((limit < 5)); then
+    LAST_OUTCOME=skipped
     say "$name skipped: no time left (${limit}s of TOTAL_LIMIT=${TOTAL_LIMIT}s)"
     record "$name" skipped 0 "no time left"
     return 0
@@ -143,9 +182,12 @@ run_stage() {
   timeout -k "$KILL_GRACE" "$limit" "$@" 2>&1 | tee -a "$LOGS/$name.log"
   code=${PIPESTATUS[0]}
   secs=$(($(date +%s) - began))
+  LAST_OUTCOME=failed
   if ((code == 0)); then
+    LAST_OUTCOME=ok
     record "$name" ok "$secs" "limit ${limit}s"
   elif ((code == 124 || code == 137)); then
+    LAST_OUTCOME=cut
     record "$name" cut "$secs" "stopped by its limit of ${limit}s; what it finished is kept, a rerun resumes"
     [[ $name == smoke || $name == tests ]] && rc=1  # checks, not measurements: a hang there is a fault
   else
@@ -179,7 +221,14 @@ write_meta() {
     echo "CI_TARGET=$CI_TARGET"
     echo "IDLE_WAIT=$IDLE_WAIT"
     echo "RUN_TIMEOUT=$RUN_TIMEOUT"
+    echo "MPS_PROBE=$MPS_PROBE"
+    echo "PHYS_JOBS=$PHYS_JOBS PHYS_MIN_S=$PHYS_MIN_S PHYS_MAX_S=$PHYS_MAX_S PHYS_LOAD=$PHYS_LOAD PHYS_SEED=$PHYS_SEED"
+    echo "PHYS_CALIBRATE=$PHYS_CALIBRATE"
+    echo "PHYS_WORKLOADS=${PHYS_WL[*]}"
+    echo "PHYS_POLICIES=${PHYS_POL[*]}"
+    echo "CMD_BATCH=$CMD_BATCH CMD_PARTNER=$CMD_PARTNER"
     echo "SMOKE_LIMIT=$SMOKE_LIMIT TESTS_LIMIT=$TESTS_LIMIT PROFILE_LIMIT=$PROFILE_LIMIT PAIRS_LIMIT=$PAIRS_LIMIT"
+    echo "PHYSICAL_LIMIT=$PHYSICAL_LIMIT COMMAND_LIMIT=$COMMAND_LIMIT"
     for m in "${MODE_LIST[@]}"; do echo "limit_$m=$(mode_budget "$m")"; done
     echo "TOTAL_LIMIT=$TOTAL_LIMIT PACK_RESERVE=$PACK_RESERVE KILL_GRACE=$KILL_GRACE"
     echo
@@ -216,6 +265,7 @@ mode_budget() {  # the budget of a mode's campaign: ${MODE}_LIMIT (cpu-partition
   int_env "$var" "$PAIRS_LIMIT"
   echo "${!var}"
 }
+[[ -z ${MPS_LIMIT:-} ]] && MPS_LIMIT=90
 for m in "${MODE_LIST[@]}"; do mode_budget "$m" >/dev/null || exit 2; done
 
 say "gpu check: DEVICE=$DEVICE SIZE=$SIZE WORKLOADS='${WL[*]}' MODES='${MODE_LIST[*]}' -> $ARCHIVE"
@@ -235,7 +285,7 @@ if selected smoke; then
   fi
   echo "mps control: $(command -v nvidia-cuda-mps-control || echo 'not found')" | tee -a "$LOGS/smoke.log"
   cat >"$WORK/smoke.py" <<'EOF'
-"""Smoke test: torch sees the device, the CLI's dependencies import, a few workloads build and step."""
+"""Smoke test: torch sees the device, the CLI imports, a few workloads build and step."""
 import os
 import sys
 import time
@@ -249,11 +299,18 @@ if cuda and not torch.cuda.is_available():
     sys.exit(f"torch {torch.__version__} has no CUDA (torch.cuda.is_available() is False) but DEVICE={device}")
 if cuda:
     print("device", torch.cuda.get_device_name(torch.device(device)))
-for mod in ("sharewise.cli", "typer", "rich", "pandas", "pyarrow", "sklearn", "pynvml", "xgboost"):
+# Every later stage is a CLI command: if the CLI cannot import, nothing after this can work.
+try:
+    import sharewise.cli  # noqa: F401
+except Exception as exc:
+    sys.exit(f"import sharewise.cli: FAILED {exc!r}; every later stage runs the CLI, so the run stops here")
+for mod in ("xgboost", "pynvml", "orjson"):  # optional here: say what is missing and what it costs
     try:
         __import__(mod)
     except Exception as exc:
-        print(f"import {mod}: FAILED {exc!r}")
+        why = {"xgboost": "the physical stage's predictions and `evaluate` need it: carry a wheel in .whl/",
+               "pynvml": "no NVML features", "orjson": "JSON output through the standard library"}[mod]
+        print(f"import {mod}: missing ({exc!r}); {why}")
 from sharewise.profiler.device import device_name  # noqa: E402
 from sharewise.profiler.workloads import load_workload_class  # noqa: E402
 
@@ -279,6 +336,8 @@ EOF
   if [[ -z $ABORT ]]; then
     export DEVICE SIZE SMOKE_WORKLOADS
     run_stage smoke "$SMOKE_LIMIT" "$PY" "$WORK/smoke.py"
+    [[ $LAST_OUTCOME == ok ]] || ABORT="the smoke stage ended '$LAST_OUTCOME' (logs/smoke.log)"
+    [[ -n $ABORT ]] && say "stopping: $ABORT; the later stages are skipped"
   fi
 fi
 
@@ -289,7 +348,8 @@ if selected tests; then
   elif [[ $DEVICE == cpu ]]; then
     skip_stage tests "$TESTS_LIMIT" "the GPU tests need CUDA and DEVICE=cpu"
   else
-    run_stage tests "$TESTS_LIMIT" "$PY" -m pytest -q -p no:cacheprovider -m gpu tests/test_pairs.py tests/test_nvml.py
+    run_stage tests "$TESTS_LIMIT" "$PY" -m pytest -q -p no:cacheprovider -m gpu tests/test_gpu.py tests/test_nvml.py \
+      tests/test_command_runs.py tests/test_pairs.py
   fi
 fi
 
@@ -331,11 +391,74 @@ for m in "${MODE_LIST[@]}"; do
   elif [[ $m == mps ]] && ! command -v nvidia-cuda-mps-control >/dev/null; then
     skip_stage "pairs-$m" "$budget" "nvidia-cuda-mps-control not on PATH (NVIDIA MPS not installed)"
   else
+    # mps profiles take the timeslice features from the cache; their probe windows are optional (MPS_PROBE).
+    probe=()
+    [[ $m == mps && $MPS_PROBE == 0 ]] && probe=(--no-probe)
     run_stage "pairs-$m" "$budget" "${SW[@]}" pairs -w "$WL_CSV" --device "$DEVICE" --mode "$m" --size "$SIZE" \
       --out "$DS" --isolation "$ISOLATION" --window "$WINDOW" --min-steps "$MIN_STEPS" --repeats "$REPEATS" \
-      --max-repeats "$MAX_REPEATS" --ci-target "$CI_TARGET" --idle-wait "$IDLE_WAIT" --timeout "$RUN_TIMEOUT"
+      --max-repeats "$MAX_REPEATS" --ci-target "$CI_TARGET" --idle-wait "$IDLE_WAIT" --timeout "$RUN_TIMEOUT" \
+      "${probe[@]}"
   fi
 done
+
+# ---- a physical run on the measured pairs: `sharewise run --compare-sim` of a short trace ---------------------
+# The trace is drawn once (benchmarks/bench_physical.py's shape, durations PHYS_MIN_S..PHYS_MAX_S s) and kept, so
+# a rerun resumes the same run folder: finished policies are not run again.
+if selected physical; then
+  if [[ -n $ABORT ]]; then
+    skip_stage physical 0 "$ABORT"
+  elif [[ -f $PHYS/done ]]; then
+    skip_stage physical "$PHYSICAL_LIMIT" "finished in an earlier run ($PHYS/run)"
+  elif [[ ! -d $DS/pairs ]]; then
+    skip_stage physical "$PHYSICAL_LIMIT" "no measured pairs in $DS for the policies to know"
+  else
+    mkdir -p "$PHYS"
+    if [[ ! -f $PHYS/trace.csv ]]; then
+      "$PY" benchmarks/bench_physical.py --trace-only "$PHYS/trace.csv" --jobs "$PHYS_JOBS" --seed "$PHYS_SEED" \
+        --load "$PHYS_LOAD" --min-s "$PHYS_MIN_S" --max-s "$PHYS_MAX_S" --workloads "${PHYS_WL[@]}" \
+        2>&1 | tee -a "$LOGS/physical.log"
+    fi
+    run_device=cuda
+    slots=()
+    if [[ $DEVICE == cpu ]]; then run_device=cpu; slots=(--slots 1); fi
+    policies=()
+    for p in "${PHYS_POL[@]}"; do policies+=(--policy "$p"); done
+    run_stage physical "$PHYSICAL_LIMIT" "${SW[@]}" run "$PHYS/trace.csv" --data "$DS" --device "$run_device" \
+      "${slots[@]}" --size "$SIZE" --out "$PHYS/run" --calibrate "$PHYS_CALIBRATE" --compare-sim "${policies[@]}"
+    [[ $LAST_OUTCOME == ok ]] && touch "$PHYS/done"
+  fi
+fi
+
+# ---- a training command next to the same model as a class, and paired with a built-in workload ---------------
+# Its own dataset (CMD_DS), so the main one stays the 8 workloads' complete matrix.
+CMD_DS=$WORK/command-dataset
+if selected command; then
+  if [[ -n $ABORT ]]; then
+    skip_stage command 0 "$ABORT"
+  elif [[ -f $WORK/command.done ]]; then
+    skip_stage command "$COMMAND_LIMIT" "finished in an earlier run ($CMD_DS)"
+  else
+    script=$PWD/tests/fixtures/cnn_train.py
+    cmd_dev=cpu
+    [[ $DEVICE == cpu ]] || cmd_dev=cuda
+    cmd_spec="cnn_cmd=cmd:--batch-size $CMD_BATCH $PY $script --data fixed --batch-size $CMD_BATCH --device $cmd_dev"
+    class_spec="$script:Net[input=3x32x32;loss=cross_entropy;optimizer=sgd;lr=0.01]"
+    profile_mode=${PROFILE_MODE}
+    command_stage() {
+      "${SW[@]}" profile "$class_spec" --batch-size "$CMD_BATCH" --device "$DEVICE" --mode "$profile_mode" \
+        --size "$SIZE" --out "$CMD_DS" --window "$WINDOW" --min-steps "$MIN_STEPS" --repeats "$PROFILE_REPEATS" \
+        --idle-wait "$IDLE_WAIT" --timeout "$RUN_TIMEOUT" || return
+      "${SW[@]}" pairs -w "$cmd_spec" -w "$CMD_PARTNER" --device "$DEVICE" --mode "$profile_mode" --size "$SIZE" \
+        --out "$CMD_DS" --isolation "$ISOLATION" --window "$WINDOW" --min-steps "$MIN_STEPS" --repeats "$REPEATS" \
+        --max-repeats "$MAX_REPEATS" --ci-target "$CI_TARGET" --idle-wait "$IDLE_WAIT" --timeout "$RUN_TIMEOUT"
+    }
+    export -f command_stage
+    export PY DEVICE SIZE CMD_DS CMD_BATCH CMD_PARTNER WINDOW MIN_STEPS PROFILE_REPEATS IDLE_WAIT RUN_TIMEOUT \
+      ISOLATION REPEATS MAX_REPEATS CI_TARGET cmd_spec class_spec profile_mode
+    run_stage command "$COMMAND_LIMIT" bash -c 'SW=("$PY" -m sharewise); command_stage'
+    [[ $LAST_OUTCOME == ok ]] && touch "$WORK/command.done"
+  fi
+fi
 
 # ---- what the dataset holds, then one archive --------------------------------------------------------------
 say "show"
@@ -360,6 +483,9 @@ EOF
 else
   echo "no dataset folder: no stage measured anything" | tee -a "$SUMMARY"
 fi
+if [[ -d $CMD_DS ]]; then
+  timeout 20 "${SW[@]}" show "$CMD_DS" >"$WORK/show-command.txt" 2>&1 || echo "(sharewise show failed)" >>"$WORK/show-command.txt"
+fi
 
 say "pack"
 echo "rc=$rc  total $(($(date +%s) - T0))s" >>"$SUMMARY"
@@ -368,6 +494,9 @@ cat "$SUMMARY"
 if tar czf "$ARCHIVE.tmp" -C "$OUT_DIR" "$(basename "$WORK")" && mv -f "$ARCHIVE.tmp" "$ARCHIVE"; then
   rm -rf "$WORK"
   say "packed $ARCHIVE ($(du -h "$ARCHIVE" | cut -f1))"
+  if [[ -n ${KEEP_DIR:-} ]]; then
+    mkdir -p "$KEEP_DIR" && cp -f "$ARCHIVE" "$KEEP_DIR/" && say "kept a copy in $KEEP_DIR"
+  fi
 else
   rm -f "$ARCHIVE.tmp"
   say "packing failed; the files stay in $WORK"

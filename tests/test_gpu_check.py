@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -36,8 +37,21 @@ DRY_RUN = {
     "SMOKE_LIMIT": "60",
     "PROFILE_LIMIT": "120",
     "CPU_LIMIT": "180",
-    "TOTAL_LIMIT": "400",
+    "PHYS_WORKLOADS": "a3c ncf",
+    "PHYS_JOBS": "4",
+    "PHYS_MIN_S": "2",
+    "PHYS_MAX_S": "4",
+    "PHYS_CALIBRATE": "1",
+    "PHYSICAL_LIMIT": "300",
+    "CMD_PARTNER": "ncf",
+    "CMD_BATCH": "16",
+    "COMMAND_LIMIT": "200",
+    "TOTAL_LIMIT": "900",
 }
+#: What the GPU machine's image holds (and what the script carries there): the dry run refuses every import of
+#: sharewise (and of the script) from any other distribution, as that machine would.
+IMAGE_PACKAGES = REPO / "scripts" / "gpu_image_packages.txt"
+IMAGE_ONLY = REPO / "tests" / "fixtures" / "gpu_image"
 
 pytestmark = [
     pytest.mark.slow,
@@ -47,12 +61,15 @@ pytestmark = [
 ]
 
 
-def run_check(out: Path, cache: Path, stages: str | None = None, **settings: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, **DRY_RUN, **settings, "PYTHON": sys.executable, "SHAREWISE_CACHE_DIR": str(cache)}
+def run_check(out: Path, cache: Path, stages: str | None = None, packages: Path = IMAGE_PACKAGES,
+              **settings: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, **DRY_RUN, **settings, "PYTHON": sys.executable, "SHAREWISE_CACHE_DIR": str(cache),
+           "SHAREWISE_IMAGE_PACKAGES": str(packages),
+           "PYTHONPATH": os.pathsep.join([str(IMAGE_ONLY), *filter(None, [os.environ.get("PYTHONPATH")])])}
     env.pop("OUT", None)
     args = ["bash", str(SCRIPT), str(out)] + ([stages] if stages else [])
     began = time.monotonic()
-    proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=900)
     print(f"gpu_check.sh {stages or '(all stages)'}: {time.monotonic() - began:.0f} s wall, exit {proc.returncode}")
     print(proc.stdout[-4000:], proc.stderr[-2000:])
     return proc
@@ -122,18 +139,50 @@ def test_cpu_dry_run_packs_profiles_and_every_pair(tmp_path):
         assert line in meta, f"meta.txt lacks {line!r}"
     summary = (work / "summary.txt").read_text()
     assert "pairs 6 ok of 6 planned" in summary
-    for stage in ("smoke", "profile", "pairs-cpu"):
+    for stage in ("smoke", "profile", "pairs-cpu", "physical", "command"):
         assert any(line.split()[:2] == [stage, "ok"] for line in summary.splitlines()), summary
     assert "3 profiles of 3 workloads" in (work / "show.txt").read_text()
-    assert {"smoke.log", "profile.log", "pairs-cpu.log"} <= {p.name for p in (work / "logs").iterdir()}
+    logs = {p.name for p in (work / "logs").iterdir()}
+    assert {"smoke.log", "profile.log", "pairs-cpu.log", "physical.log", "command.log"} <= logs
+
+    # The physical stage: every policy ran the trace for real and was compared with its simulation.
+    trace = (work / "physical" / "trace.csv").read_text().splitlines()
+    assert len(trace) == 1 + 4 and {line.split(",")[2] for line in trace[1:]} <= {"a3c", "ncf"}
+    for policy in ("exclusive-sjf", "sjf-bsbf", "sharewise"):
+        run = json.loads((work / "physical" / "run" / policy / "run.json").read_text())
+        assert run["complete"] and {job["status"] for job in run["jobs"]} == {"done"}, run["jobs"]
+        assert run.get("comparison"), f"{policy}: no comparison with the simulation (--compare-sim)"
+    # The command stage: the script as a command and the same model as a class, the command paired.
+    cmd = Dataset(work / "command-dataset")
+    assert set(cmd.read_profiles()["workload"]) == {"cnn_cmd", "Net", "ncf"}
+    cmd_pairs = cmd.read_pairs()
+    assert (cmd_pairs["status"] == "ok").all() and len(cmd_pairs) == 3, cmd_pairs[["workload_a", "workload_b"]]
+    assert {"cnn_cmd"} <= set(cmd_pairs["workload_a"]) | set(cmd_pairs["workload_b"])
 
     # A rerun from the archive (RESUME, as on a fresh GPU machine) resumes: nothing is measured again.
     again_out = tmp_path / "again"
-    proc = run_check(again_out, tmp_path / "cache", stages="profile,cpu", RESUME=str(out / "gpu-check.tgz"))
+    proc = run_check(again_out, tmp_path / "cache", stages="profile,cpu,physical,command",
+                     RESUME=str(out / "gpu-check.tgz"))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "physical skipped: finished in an earlier run" in proc.stdout
+    assert "command skipped: finished in an earlier run" in proc.stdout
     again = Dataset(unpack(again_out, tmp_path / "y") / "dataset")
     assert len(again.read_profiles(latest=False)) == 3
     assert len(again.read_pairs(latest=False)) == 6
+
+
+def test_the_run_stops_after_a_smoke_stage_whose_cli_cannot_import(tmp_path):
+    # An image without typer: `import sharewise.cli` fails there, so every later stage would fail too.
+    lacking = tmp_path / "packages.txt"
+    lacking.write_text("\n".join(n for n in IMAGE_PACKAGES.read_text().splitlines() if n.strip() != "typer"))
+    out = tmp_path / "out"
+    proc = run_check(out, tmp_path / "cache", stages="smoke,profile,cpu", packages=lacking)
+    assert proc.returncode == 1, proc.stdout[-3000:]
+    assert "import sharewise.cli: FAILED" in proc.stdout + proc.stderr
+    assert "profile skipped: the smoke stage ended 'failed'" in proc.stdout
+    assert "pairs-cpu skipped: the smoke stage ended 'failed'" in proc.stdout
+    summary = (unpack(out, tmp_path / "x") / "summary.txt").read_text()
+    assert any(line.split()[:2] == ["smoke", "failed"] for line in summary.splitlines()), summary
 
 
 def test_a_stage_cut_by_its_limit_does_not_stop_the_next(tmp_path):

@@ -103,6 +103,8 @@ def prepare(config: PhysicalConfig) -> RunInputs:
     ds = open_dataset(config.data, profiles=True, pairs=True)
     profiles, pairs = ds.read_profiles(), ds.read_pairs()
     device, notes = _knowledge_device(config, pairs, lay)
+    profiles, pairs, mode_note = one_mode(profiles, pairs, device, lay.mode)
+    notes += mode_note
     prof = profiles[profiles["device_name"].astype(str) == device]
     throughput = prof.groupby("workload")["throughput"].median().to_dict()
     trace = load_trace(config.trace, format=config.trace_format, context=TraceContext(throughputs=throughput))
@@ -115,11 +117,6 @@ def prepare(config: PhysicalConfig) -> RunInputs:
         )
     known = sorted(set(SlowdownTable.from_pairs(pairs, device_name=device).workloads) | set(names))
     truth = SlowdownTable.from_pairs(pairs, device_name=device, workloads=known)
-    if config.mode is not None or lay.device == "cuda":
-        modes = set(pairs.loc[pairs["device_name"].astype(str) == device, "mode"].astype(str))
-        if modes and lay.mode not in modes:
-            notes.append(f"the pairs on {device!r} were measured in mode {sorted(modes)}, this run shares in "
-                         f"{lay.mode!r}")
     allowed, note = _memory_rule(prof, known, lay)
     notes.append(note)
     truth = truth.restricted(allowed)
@@ -156,6 +153,33 @@ def _knowledge_device(config: PhysicalConfig, pairs: pd.DataFrame, lay: Layout) 
         f"dataset {config.data!r} holds pairs of several devices {devices} and none is this run's "
         f"({lay.device_name!r}); choose one with --device-name"
     )
+
+
+def one_mode(profiles: pd.DataFrame, pairs: pd.DataFrame, device: str, mode: str):
+    """The rows a run in sharing ``mode`` knows of ``device``: that mode's alone where the device was measured in
+    several (a GPU's ``timeslice`` and ``mps`` pairs are two truths, never one); rows of other devices stay.
+    Returns ``(profiles, pairs, notes)``; a ``ConfigError`` where the device's pairs hold several modes and none
+    is ``mode``.
+
+    Example: pairs on ``NVIDIA H200`` in ``timeslice`` and ``mps``, a run in ``mps``: the ``mps`` rows, no note.
+    """
+    on_device = pairs["device_name"].astype(str) == device
+    modes = sorted(set(pairs.loc[on_device, "mode"].astype(str)))
+    if not modes or modes == [mode]:
+        return profiles, pairs, []
+    if mode not in modes:
+        if len(modes) > 1:
+            raise ConfigError(
+                f"the pairs on {device!r} were measured in modes {modes} and this run shares in {mode!r}; run "
+                f"with --mode {modes[0]} (or another of them), or measure the pairs in {mode!r}"
+            )
+        return profiles, pairs, [f"the pairs on {device!r} were measured in mode {modes}, this run shares in {mode!r}"]
+    pairs = pairs[~on_device | (pairs["mode"].astype(str) == mode)]
+    prof_here = profiles["device_name"].astype(str) == device
+    if (profiles.loc[prof_here, "mode"].astype(str) == mode).any():
+        profiles = profiles[~prof_here | (profiles["mode"].astype(str) == mode)]
+    note = f"the pairs on {device!r} were measured in modes {modes}: this run knows its own, {mode!r}"
+    return profiles, pairs, [note]
 
 
 def _job_specs(trace: Trace, throughput: dict[str, float], config: PhysicalConfig) -> tuple[list[JobSpec], list[str]]:

@@ -8,7 +8,6 @@ import os
 import re
 import sys
 
-import orjson
 from rich.console import Console
 
 # Piped or logged output (no terminal, no $COLUMNS) would get rich's 80 columns, which truncates the wider
@@ -27,8 +26,17 @@ err_console = Console(stderr=True, highlight=False, width=_width(sys.stderr))
 #: Above this many characters, JSON is printed compact (one line): a recommendation for 100,000 queued jobs is
 #: 25 MB, which a person does not read and indentation only makes larger.
 PRETTY_MAX_CHARS = 200_000
-_COMPACT = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
-_PRETTY = _COMPACT | orjson.OPT_INDENT_2
+
+
+def _orjson():
+    """orjson, or None where it is not installed: imported at the first JSON output, never at CLI start, so
+    every command works on a machine with no orjson (a GPU image that cannot install packages), only slower
+    on very large output."""
+    try:
+        import orjson
+    except ImportError:
+        return None
+    return orjson
 
 
 def print_json(obj) -> None:
@@ -38,14 +46,20 @@ def print_json(obj) -> None:
     Indented for a person to read; compact (one line) when longer than ``PRETTY_MAX_CHARS``. orjson encodes
     (a tenth of the standard library's time on a 25 MB recommendation, which was a sixth of the CLI call);
     what it refuses (an integer beyond 64 bits, an object it does not know) goes through ``_clean`` and the
-    standard library.
+    standard library, as does everything where orjson is not installed.
     """
-    try:
-        text = orjson.dumps(obj, default=_scalar, option=_COMPACT)
-        if len(text) <= PRETTY_MAX_CHARS:  # small: encoded again, indented (cheap at this size)
-            text = orjson.dumps(obj, default=_scalar, option=_PRETTY)
-        text = text.decode()
-    except TypeError:  # orjson.JSONEncodeError is a TypeError
+    fast = _orjson()
+    text = None
+    if fast is not None:
+        compact = fast.OPT_SERIALIZE_NUMPY | fast.OPT_NON_STR_KEYS
+        try:
+            raw = fast.dumps(obj, default=_scalar, option=compact)
+            if len(raw) <= PRETTY_MAX_CHARS:  # small: encoded again, indented (cheap at this size)
+                raw = fast.dumps(obj, default=_scalar, option=compact | fast.OPT_INDENT_2)
+            text = raw.decode()
+        except TypeError:  # orjson.JSONEncodeError is a TypeError
+            text = None
+    if text is None:
         text = json.dumps(_clean(obj, [0]))
         if len(text) <= PRETTY_MAX_CHARS:
             text = json.dumps(_clean(obj, [0]), indent=2)

@@ -9,7 +9,8 @@ job the driver-side interface of ``session.Worker`` (``send``/``recv`` of the sa
   chose as its only visible GPU, a warm worker's thread settings), wait for its first step (within
   ``--timeout``), let it run until its step time settles (``worker.step_time_settled``), pause it
   (``SIGSTOP`` to its process group): ``ready``. A paused job keeps its memory, so the pool's memory check
-  before a pair counts it.
+  before a pair counts it. On a GPU every pause waits for the kernels the job already queued
+  (``drain_seconds``), so they do not run into its partner's window.
 - **measure** (a window): at the shared start time resume it (``SIGCONT``); the window runs from the first
   step that ends after the resume to the first step ending ``window_s`` later with at least ``min_steps``
   steps, timed by the steps' own timestamps; the step cut by the pause is left out. Then pause it again,
@@ -58,6 +59,23 @@ log = logging.getLogger(__name__)
 #: Seconds between two reads of a running job's progress file (steps are timed by their own timestamps;
 #: this only sets how soon the driver notices a window's end).
 POLL_S = 0.005
+#: Most seconds a paused CUDA job's queued kernels are waited for (``drain_seconds``).
+DRAIN_MAX_S = 2.0
+
+
+def drain_seconds(device: str, step_s: float) -> float:
+    """Seconds to wait after pausing a job before a partner's window may start on its device.
+
+    SIGSTOP stops the job's CPU threads, not the kernels it already queued on a GPU, which run on. The hook
+    synchronizes at every step (``stephook.synchronize_current_stream``), so at most one step's kernels are
+    queued: waiting one step time (at most ``DRAIN_MAX_S``) lets them finish. Nothing to wait for on a CPU.
+
+    >>> drain_seconds("cuda:0", 0.05), drain_seconds("cuda:0", 9.0), drain_seconds("cpu", 0.05)
+    (0.05, 2.0, 0.0)
+    """
+    if device_kind(device) != "cuda" or not math.isfinite(step_s) or step_s <= 0:
+        return 0.0
+    return min(step_s, DRAIN_MAX_S)
 
 #: Features a command's profile cannot have, and why (``show`` prints these reasons).
 UNMEASURED: dict[str, str] = {
@@ -121,6 +139,7 @@ class CommandWorker:
         self._stop = threading.Event()
         self._closed = threading.Event()
         self.reader = ProgressReader(self.progress_path)
+        self._step_s = math.nan  # the job's latest median step time: how long a pause waits for its queue
         self.proc = None
         self._start_error = ""
         try:
@@ -264,8 +283,9 @@ class CommandWorker:
             if time.monotonic() >= warm_limit and len(times) >= cfg.warmup_steps:
                 break
             records += self._wait_steps(1, limit, "warm-up")
-        self._pause()
         recent = sorted(times[-5:])
+        self._step_s = recent[len(recent) // 2]
+        self._pause()
         self._events.put(
             {
                 "event": "ready",
@@ -308,6 +328,7 @@ class CommandWorker:
         times = [b[1] - a[1] for a, b in zip(inside, inside[1:], strict=False)]
         result = summarize_window(times, end[1] - t0)
         result.update(late_ms=(t0 - start_at) * 1e3, cpu_s=max(cpu_s, 0.0))
+        self._step_s = result["step_p50_ms"] / 1e3
         if not msg.get("tail"):
             self._pause()
             self._events.put({"event": "measured", **result})
@@ -327,8 +348,9 @@ class CommandWorker:
         records = self._wait_steps(int(msg["steps"]) + 1, limit, "warm-up")
         while time.monotonic() < until:
             records += self._wait_steps(1, limit, "warm-up")
-        self._pause()
         times = sorted(b[1] - a[1] for a, b in zip(records[-6:], records[-5:], strict=False))
+        self._step_s = times[len(times) // 2]
+        self._pause()
         self._events.put({"event": "warmed", "steps": len(records), "step_ms": times[len(times) // 2] * 1e3})
 
     def _features(self, trace_steps: int) -> None:
@@ -376,12 +398,15 @@ class CommandWorker:
     def _sample_nvml(self) -> dict[str, float]:
         """NVML features over ``NVML_MIN_WINDOW_S`` of the running job (unprofiled), as for built-in workloads."""
         from sharewise.errors import DeviceError
+        from sharewise.profiler.device import nvml_index
         from sharewise.profiler.features import NVML_MIN_WINDOW_S
         from sharewise.profiler.nvml import NvmlSampler
 
-        visible = cuda_visible(cuda_index(self.config.device))
         try:
-            sampler = NvmlSampler(int(visible) if visible.isdigit() else cuda_index(self.config.device))
+            index = nvml_index(self.config.device)
+            if index is None:
+                raise DeviceError(f"NVML is unavailable or shows no GPU {self.config.device} of this process")
+            sampler = NvmlSampler(index)
             sampler.start()
         except (DeviceError, ValueError) as exc:
             log.info("%s: no NVML features: %s", self.command.name, exc)
@@ -447,6 +472,7 @@ class CommandWorker:
 
     def _pause(self) -> None:
         self._signal(signal.SIGSTOP)
+        time.sleep(drain_seconds(self.config.device, self._step_s))
 
     def _resume(self) -> None:
         self._signal(signal.SIGCONT)

@@ -99,6 +99,10 @@ class RunConfig:
             raise ConfigError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.threads is not None and self.threads < 1:
             raise ConfigError(f"threads must be >= 1, got {self.threads}")
+        # "cuda" is the current CUDA device, which is device 0 in a fresh worker process; recorded and handed to
+        # workers with its index, since torch.cuda.set_device refuses a CUDA device without one.
+        if self.device == "cuda":
+            object.__setattr__(self, "device", "cuda:0")
 
     def replace(self, **changes) -> RunConfig:
         return dataclasses.replace(self, **changes)

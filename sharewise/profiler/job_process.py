@@ -7,16 +7,23 @@ import os
 import re
 
 from sharewise.profiler.config import device_kind
-from sharewise.profiler.device import cuda_index
+from sharewise.profiler.device import cuda_index, visible_gpus
 
 #: Characters of the job's output kept in an error message (its last lines, joined by `` | ``).
 TAIL_CHARS = 400
 
 
 def cuda_visible(index: int) -> str:
-    """The ``CUDA_VISIBLE_DEVICES`` value that shows a job the driver's ``cuda:index`` as its only GPU: the
-    driver's own ``CUDA_VISIBLE_DEVICES`` entry at ``index`` (``"2,3"`` and index 1 give ``"3"``), else
-    ``str(index)``."""
+    """The ``CUDA_VISIBLE_DEVICES`` value that shows a job the driver's ``cuda:index`` as its only GPU.
+
+    It is the ``entry`` of that GPU in ``visible_gpus()``: under ``"2,3"`` index 1 gives ``"3"``; under
+    GPU UUIDs (or unique prefixes of them) the full UUID. Without NVML the driver's own entry at ``index``
+    is passed on as written, else ``str(index)``.
+    """
+    gpus = visible_gpus()
+    if index < len(gpus):
+        return gpus[index].entry
+    # No NVML here (or no such GPU): pass the driver's own entry on, so the job's CUDA reads what ours would.
     visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
     return visible[index] if index < len(visible) else str(index)
 
@@ -73,12 +80,12 @@ def _nvml_process_memory(pids: set[int], device: str) -> float | None:
     except Exception:  # no NVML
         return None
     try:
-        visible = cuda_visible(cuda_index(device))
-        handle = pynvml.nvmlDeviceGetHandleByIndex(int(visible) if visible.isdigit() else cuda_index(device))
+        # NVML numbers GPUs regardless of CUDA_VISIBLE_DEVICES: ask it about the GPU our cuda:N is.
+        handle = pynvml.nvmlDeviceGetHandleByIndex(visible_gpus(pynvml)[cuda_index(device)].nvml_index)
         mine = [p for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle) if p.pid in pids]
         # No match: the driver shows pids of another namespace (a container), so the use is unknown.
         return float(sum(p.usedGpuMemory or 0 for p in mine)) if mine else None
-    except Exception:  # a driver that hides processes (containers): unknown
+    except Exception:  # no such GPU, or a driver that hides processes (containers): unknown
         return None
     finally:
         pynvml.nvmlShutdown()

@@ -15,7 +15,7 @@ from sharewise.errors import ProfileFailed
 from sharewise.profiler.config import RunConfig, device_kind
 from sharewise.profiler.features import FeatureCache
 from sharewise.profiler.hostload import wait_until_idle
-from sharewise.profiler.modes import placements
+from sharewise.profiler.modes import SHARING_MODES, placements
 from sharewise.profiler.pair import cv
 from sharewise.profiler.pool import WorkerPool
 from sharewise.profiler.probe import PROBE_SPEC
@@ -106,7 +106,9 @@ def _feature_key(spec: str, config: RunConfig, info: dict) -> dict:
         "batch_size": int(info["batch_size"]),
         "device_name": info["device_name"],
         "torch_version": info.get("torch_version", ""),
-        "mode": config.mode,
+        # One key for modes whose solo runs are the same (mps reuses timeslice's features): its features are
+        # measured once per device, not once per sharing mode.
+        "mode": SHARING_MODES.get(config.mode).features_mode,
     }
 
 

@@ -16,10 +16,13 @@ Nothing in the user's script changes. What counts as one step:
 - Several processes of one job (DDP ranks, a launcher and its workers): the first process that steps
   owns the count (a ``.owner`` file beside the progress file, per launch); the others report nothing.
 
-Each step appends ``<step> <unix time>`` to ``$SHAREWISE_PROGRESS`` (``progress.ProgressWriter``, which
-continues from ``$SHAREWISE_START_STEP``). Once the count reaches ``$SHAREWISE_MAX_STEPS`` the hook raises
-``SystemExit(0)`` from inside that ``optimizer.step()`` (or ``sys.audit`` call), so ``finally`` blocks and
-``atexit`` handlers run; a script that swallows it is ended with ``os._exit(0)`` at its next step.
+On a GPU a step is stamped once its kernels are done: the hook synchronizes the job's current CUDA stream
+first (``synchronize_current_stream``; ``SHAREWISE_SYNC_STEPS=0`` turns it off), as a built-in workload's
+worker does after every step. Each step appends ``<step> <unix time>`` to ``$SHAREWISE_PROGRESS``
+(``progress.ProgressWriter``, which continues from ``$SHAREWISE_START_STEP``). Once the count reaches
+``$SHAREWISE_MAX_STEPS`` the hook raises ``SystemExit(0)`` from inside that ``optimizer.step()`` (or ``sys.audit``
+call), so ``finally`` blocks and ``atexit`` handlers run; a script that swallows it is ended with ``os._exit(0)``
+at its next step.
 
 **Features.** With ``$SHAREWISE_FEATURES`` set the hook writes there (JSON, atomically): ``{"info": {...}}``
 at the first step (pid, torch version, device), and ``{"info": ..., "features": {...}}`` once the driver
@@ -50,6 +53,8 @@ from sharewise.profiler import progress
 
 #: The event of the explicit call: ``sys.audit("sharewise.step")``.
 AUDIT_EVENT = "sharewise.step"
+#: ``0`` turns off the synchronization at each step (on by default wherever the hook counts steps).
+ENV_SYNC = "SHAREWISE_SYNC_STEPS"
 _TARGET = "torch.optim.optimizer"
 
 
@@ -73,6 +78,7 @@ class StepHook:
         limit = environ.get(progress.ENV_MAX_STEPS)
         self.max_steps = int(limit) if limit else None
         self.features_path = environ.get(ENV_FEATURES) or None
+        self.sync = environ.get(ENV_SYNC, "1") != "0"
         self.token = environ.get(ENV_TOKEN, "")
         self.writer: progress.ProgressWriter | None = None
         self.owner_pid: int | None = None
@@ -108,6 +114,8 @@ class StepHook:
             try:
                 if not self._claim(source):
                     return None
+                if self.sync:
+                    synchronize_current_stream()
                 count = self.writer.step()
             except OSError as exc:  # the progress file is unwritable: the job runs on, unreported
                 sys.stderr.write(f"sharewise step hook: cannot report steps to {self.path}: {exc}\n")
@@ -197,6 +205,30 @@ def _try_write(path: str, payload: dict) -> None:
         write_json(path, payload)
     except OSError as exc:
         sys.stderr.write(f"sharewise step hook: cannot write {path}: {exc}\n")
+
+
+def synchronize_current_stream() -> None:
+    """Wait for the work queued on the job's current CUDA stream, if the job uses CUDA (else nothing).
+
+    A step is stamped when ``optimizer.step()`` returns, which on a GPU is when its kernels are *queued*:
+    without this, a step's time is its launch time, a window's edges are off by the launch queue, and a
+    paused job (SIGSTOP stops the CPU, not kernels already queued) keeps the device busy for as much work as
+    was queued. Synchronized, at most one step's kernels are ever in flight, as in a built-in workload's
+    worker, which synchronizes after every step too.
+    """
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return
+    try:
+        if torch.cuda.is_initialized():
+            torch.cuda.current_stream().synchronize()
+    except Exception as exc:  # a half-imported torch or a broken context: the step is stamped as it is
+        if not _SYNC_WARNED:
+            _SYNC_WARNED.append(True)
+            sys.stderr.write(f"sharewise step hook: cannot synchronize the CUDA stream: {type(exc).__name__}: {exc}\n")
+
+
+_SYNC_WARNED: list[bool] = []  # the failure to synchronize is said once, not at every step
 
 
 def _job_info(source: str) -> dict[str, Any]:

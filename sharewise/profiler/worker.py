@@ -222,6 +222,21 @@ def pin(cores) -> None:
         os.sched_setaffinity(0, set(cores))
 
 
+def torch_device(name: str):
+    """The ``torch.device`` a worker runs on, with an index on CUDA: ``"cuda"`` is ``cuda:0``, the first device
+    the process sees (``torch.cuda.set_device`` refuses a CUDA device without an index).
+
+    >>> str(torch_device("cuda")), str(torch_device("cuda:1")), str(torch_device("cpu"))
+    ('cuda:0', 'cuda:1', 'cpu')
+    """
+    import torch
+
+    device = torch.device(name)
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", 0)
+    return device
+
+
 def build(spec: dict):
     """Set torch's threads and device from ``spec`` and build its workload there; return ``(workload, device,
     sync)``, ``sync`` the device synchronization to call after a step (a no-op on the CPU). Shared by the
@@ -231,7 +246,7 @@ def build(spec: dict):
     from sharewise.profiler.workloads import load_workload_class
 
     torch.set_num_threads(int(spec["threads"]))
-    device = torch.device(spec["device"])
+    device = torch_device(spec["device"])
     if device.type == "cuda":
         torch.cuda.set_device(device)
     cls = load_workload_class(spec["spec"])

@@ -21,13 +21,23 @@ from sharewise.errors import ConfigError
 
 @dataclass(frozen=True)
 class Slot:
-    """One slot: its index, the host cores its jobs may use and their thread count, its CUDA device index
-    (``None`` on a CPU machine). Example: ``Slot(index=0, cores=(0, 1), threads=2, cuda=None)``."""
+    """One slot: its index, the host cores its jobs may use and their thread count, its GPU's CUDA ordinal
+    in this process (``None`` on a CPU machine) and the ``CUDA_VISIBLE_DEVICES`` entry that shows a job that
+    GPU (an NVML index or a GPU UUID; ``None`` reads as ``str(cuda)``). Examples: ``Slot(index=0, cores=(0, 1),
+    threads=2, cuda=None)``; ``Slot(index=1, cores=(0, 1), threads=1, cuda=1, entry="GPU-5c1d6f0e-...")``."""
 
     index: int
     cores: tuple[int, ...]
     threads: int
     cuda: int | None = None
+    entry: str | None = None
+
+    @property
+    def visible(self) -> str | None:
+        """The ``CUDA_VISIBLE_DEVICES`` entry of this slot's GPU, None on a CPU slot."""
+        if self.entry is not None:
+            return self.entry
+        return None if self.cuda is None else str(self.cuda)
 
 
 @dataclass(frozen=True)
@@ -51,12 +61,13 @@ class Layout:
         return len(self.slots)
 
     def job_place(self, slots: list[int]) -> tuple[tuple[int, ...], int, str | None]:
-        """Where a job on ``slots`` runs: ``(cores, threads, CUDA_VISIBLE_DEVICES or None)``."""
+        """Where a job on ``slots`` runs: ``(cores, threads, CUDA_VISIBLE_DEVICES or None)``, e.g.
+        ``((0, 1), 1, "GPU-5c1d6f0e-...,GPU-8a2b...")`` for two CUDA slots listed by UUID."""
         chosen = [self.slots[s] for s in slots]
         cores = tuple(sorted({c for s in chosen for c in s.cores}))
         if self.device == "cpu":
             return cores, len(cores), None
-        return cores, chosen[0].threads, ",".join(str(s.cuda) for s in chosen)
+        return cores, chosen[0].threads, ",".join(str(s.visible) for s in chosen)
 
 
 def cpu_layout(n_slots: int = 1) -> Layout:
@@ -79,36 +90,34 @@ def cpu_layout(n_slots: int = 1) -> Layout:
 
 def cuda_layout(mode: str = "timeslice") -> Layout:
     """Every visible CUDA device, one slot each (names and memory from NVML; no CUDA context is made here)."""
-    from sharewise.profiler.device import gpu_names
+    from sharewise.profiler.device import visible_gpus
     from sharewise.profiler.modes import SHARING_MODES, available_cores
 
     if mode not in ("timeslice", "mps"):
         raise ConfigError(f"mode {mode!r} is not a CUDA sharing mode; use 'timeslice' or 'mps'")
-    names = gpu_names()
+    gpus = visible_gpus()
+    names = [g.name for g in gpus]
     if not names:
-        raise ConfigError("--device cuda: no NVIDIA GPU is visible (NVML found none); use --device cpu")
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        raise ConfigError(
+            "--device cuda: no NVIDIA GPU is visible ("
+            + ("NVML found none" if visible is None else f"NVML found none that CUDA_VISIBLE_DEVICES={visible!r} shows")
+            + "); use --device cpu, or list GPUs by NVML index or GPU UUID (as `nvidia-smi -L` shows them)"
+        )
     if len(set(names)) > 1:
         raise ConfigError(
             f"--device cuda: the visible GPUs are of different kinds ({', '.join(sorted(set(names)))}); a run "
             "uses one kind of device: narrow CUDA_VISIBLE_DEVICES"
         )
-    indices = _visible_indices(len(names))
     cores = available_cores()
     threads = max(1, len(cores) // 2)  # a GPU job's host threads, as a pair's worker gets (split_threads)
     SHARING_MODES.get(mode)
-    slots = tuple(Slot(i, cores, threads, idx) for i, idx in enumerate(indices))
-    return Layout("cuda", mode, slots, names[0], _gpu_memory(indices[0]))
-
-
-def _visible_indices(n: int) -> list[int]:
-    """The CUDA indices of the visible devices, as a child's ``CUDA_VISIBLE_DEVICES`` names them."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
-    if visible:
-        return [int(x) for x in visible.split(",") if x.strip().isdigit()][:n]
-    return list(range(n))
+    slots = tuple(Slot(g.cuda_index, cores, threads, g.cuda_index, g.entry) for g in gpus)
+    return Layout("cuda", mode, slots, names[0], _gpu_memory(gpus[0].nvml_index))
 
 
 def _gpu_memory(index: int) -> float:
+    """Total bytes of NVML's GPU ``index`` (NaN without NVML)."""
     try:
         import pynvml
 

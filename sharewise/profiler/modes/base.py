@@ -46,6 +46,11 @@ class SharingMode:
     environment : callable
         ``(config) -> context manager`` yielding the extra environment of the workers while the mode is
         in use (the MPS daemon's pipe directory for ``mps``, nothing for the others).
+    solo_as : str, optional
+        The mode whose solo runs this mode's equal (a job alone runs the same way in both), so its solo
+        features are reused rather than traced again: ``mps`` takes ``timeslice``'s, since a lone MPS client
+        runs its kernels as a lone context does. None: the mode's own (``cpu-partition`` gives a job half
+        the cores ``cpu`` does, so its features differ).
     """
 
     name: str
@@ -53,6 +58,12 @@ class SharingMode:
     summary: str
     placements: Callable[[RunConfig, int], list[CoreAssignment]]
     environment: Callable[[RunConfig], AbstractContextManager[dict[str, str]]] = no_extra_env
+    solo_as: str | None = None
+
+    @property
+    def features_mode(self) -> str:
+        """The mode under which this mode's solo features are kept (``solo_as``, else its own name)."""
+        return self.solo_as or self.name
 
     def __post_init__(self) -> None:
         if self.device_kind not in ("cpu", "cuda"):
@@ -89,7 +100,10 @@ def worker_env(assignment: CoreAssignment, base: dict[str, str] | None = None) -
     """Return the environment of a worker process; set before torch is imported there.
 
     ``OMP_WAIT_POLICY=PASSIVE`` is mandatory: spinning OpenMP threads turn CPU oversubscription into
-    3-26x slowdown artefacts instead of the time-sharing we mean to measure.
+    3-26x slowdown artefacts instead of the time-sharing we mean to measure. ``TEARDOWN_CUPTI=1``: a worker's
+    features are traced with the CUDA profiler (CUPTI) before its throughput and probe windows, and without
+    it CUPTI stays attached after the trace and slows every later kernel launch of the process by 10-20%
+    (pytorch#144455), which those windows would measure.
     """
     env = dict(os.environ if base is None else base)
     threads = str(assignment.threads)
@@ -102,6 +116,7 @@ def worker_env(assignment: CoreAssignment, base: dict[str, str] | None = None) -
             "KMP_BLOCKTIME": "0",
             "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
             "PYTHONUNBUFFERED": "1",
+            "TEARDOWN_CUPTI": "1",
             "SHAREWISE_CORES": ",".join(str(c) for c in assignment.cores),
         }
     )
