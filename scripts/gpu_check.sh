@@ -8,7 +8,8 @@
 #             workloads) per sharing mode: `timeslice`, then `mps` where NVIDIA MPS is installed (its profiles
 #             reuse the timeslice features from the feature cache; no probe there: MPS_PROBE=1 adds it);
 #   physical  `sharewise run` of a PHYS_JOBS-job trace drawn from PHYS_WORKLOADS under exclusive-sjf, sjf-bsbf and
-#             sharewise, knowing the pairs measured above, with --compare-sim (this sitting's truth);
+#             sharewise, knowing the pairs measured above (out-of-fold predictions, one workload held out at a
+#             time), with --compare-sim (this sitting's truth);
 #   command   a training script (tests/fixtures/cnn_train.py) as `NAME=cmd:...`, profiled next to the same
 #             model as a workload class, then paired with itself and with CMD_PARTNER.
 # Logs, the dataset, the physical run folder, `sharewise show`, the feature cache and a meta file (settings,
@@ -46,6 +47,8 @@
 #   KEEP_DIR: also copy the archive there (a folder outside $OUT, which the device empties before each command,
 #   so a rerun on the same warm machine resumes with RESUME=$KEEP_DIR/gpu-check.tgz and nothing carried)
 #   SHAREWISE_CACHE_DIR (default: a folder inside the archive, so a rerun on a fresh machine reuses the features)
+#   SEED: a shipped dataset to start from when there is nothing to resume (e.g. SEED=reference-h200 on an H200:
+#   only the profiles and pairs it lacks are measured)
 # A CPU dry run: DEVICE=cpu SIZE=tiny WORKLOADS="a3c ncf dae_cf" MODES=cpu WINDOW=0.2 PHYS_WORKLOADS="a3c ncf"
 # CMD_PARTNER=ncf bash scripts/gpu_check.sh (the smoke stage's nvidia-smi and the GPU test stage are skipped there,
 # with the reason printed; tests/test_gpu_check.py runs it with every import refused that the GPU image lacks).
@@ -146,6 +149,13 @@ if [[ -n $RESUME && ! -d $WORK ]]; then
   tar xzf "$RESUME" -C "$OUT_DIR" || echo "warning: $RESUME did not unpack; starting afresh"
 fi
 mkdir -p "$LOGS"
+# SEED: start from a shipped dataset's measurements (reference-h200 on an H200 with the same software), so a
+# window measures only what that dataset lacks; rows of another device or mode are kept and never resumed.
+if [[ -n ${SEED:-} && ! -d $DS ]]; then
+  seed_dir=$("$PY" -c "import sys; from sharewise.datasets.store import reference_path; print(reference_path(sys.argv[1]))" \
+    "$SEED") || fail_usage "SEED=$SEED is not a dataset sharewise ships"
+  mkdir -p "$DS" && cp -r "$seed_dir/profiles" "$seed_dir/pairs" "$DS/" && echo "seeded $DS from $SEED ($seed_dir)"
+fi
 
 say() { echo "=== [$(($(date +%s) - T0))s] $*"; }
 rc=0
@@ -348,8 +358,9 @@ if selected tests; then
   elif [[ $DEVICE == cpu ]]; then
     skip_stage tests "$TESTS_LIMIT" "the GPU tests need CUDA and DEVICE=cpu"
   else
-    run_stage tests "$TESTS_LIMIT" "$PY" -m pytest -q -p no:cacheprovider -m gpu tests/test_gpu.py tests/test_nvml.py \
-      tests/test_command_runs.py tests/test_pairs.py
+    # -v names each test as it ends and faulthandler dumps the stacks of one that hangs: a cut stage says where.
+    run_stage tests "$TESTS_LIMIT" "$PY" -m pytest -v -p no:cacheprovider -o faulthandler_timeout=50 --durations=0 \
+      -m gpu tests/test_gpu.py tests/test_nvml.py tests/test_command_runs.py tests/test_pairs.py
   fi
 fi
 
@@ -424,7 +435,8 @@ if selected physical; then
     policies=()
     for p in "${PHYS_POL[@]}"; do policies+=(--policy "$p"); done
     run_stage physical "$PHYSICAL_LIMIT" "${SW[@]}" run "$PHYS/trace.csv" --data "$DS" --device "$run_device" \
-      "${slots[@]}" --size "$SIZE" --out "$PHYS/run" --calibrate "$PHYS_CALIBRATE" --compare-sim "${policies[@]}"
+      "${slots[@]}" --size "$SIZE" --out "$PHYS/run" --calibrate "$PHYS_CALIBRATE" --compare-sim "${policies[@]}" \
+      --group-by workload
     [[ $LAST_OUTCOME == ok ]] && touch "$PHYS/done"
   fi
 fi

@@ -5,6 +5,8 @@ from __future__ import annotations
 import itertools
 import os
 import tempfile
+import time
+import types
 from pathlib import Path
 
 import pandas as pd
@@ -134,3 +136,42 @@ def run_cli(argv) -> int:
     except SystemExit as exc:
         return int(exc.code or 0)
     return 0
+
+
+def fake_pynvml_base(init_fails: bool = False) -> types.ModuleType:
+    """The start of a stand-in ``pynvml`` (NVML needs a GPU, which this machine lacks): ``NVMLError`` and
+    ``nvmlInit``/``nvmlShutdown`` that count open sessions in ``inits`` (a test checks it is back at 0); a test
+    adds the device calls it needs."""
+    mod = types.ModuleType("pynvml")
+
+    class NVMLError(Exception):
+        pass
+
+    mod.NVMLError = NVMLError
+    mod.inits = 0
+
+    def init():
+        if init_fails:
+            raise NVMLError("Driver Not Loaded")
+        mod.inits += 1
+
+    def shutdown():
+        mod.inits -= 1
+
+    mod.nvmlInit = init
+    mod.nvmlShutdown = shutdown
+    return mod
+
+
+def wait_steps(path, n: int, proc, timeout: float = 90.0) -> list[tuple[int, float]]:
+    """The progress records of a job at ``path`` once it reported ``n`` steps; fails if the job exits first."""
+    from sharewise.profiler.progress import read_progress
+
+    began = time.monotonic()
+    while time.monotonic() - began < timeout:
+        records = read_progress(path)
+        if len(records) >= n:
+            return records
+        assert proc.poll() is None, f"the job exited with {proc.returncode} after {len(records)} steps"
+        time.sleep(0.02)
+    raise AssertionError(f"fewer than {n} steps within {timeout} s")

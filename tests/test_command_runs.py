@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import FIXTURES
+from conftest import FIXTURES, wait_steps
 
 from sharewise.command_spec import parse_command
 from sharewise.profiler.blackbox import UNMEASURED
@@ -36,17 +36,6 @@ def script(name: str, file: str, *args: str, options: str = "") -> str:
 
 def run_cli(args: list[str], timeout: float = 240) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "sharewise", *args], capture_output=True, text=True, timeout=timeout)
-
-
-def wait_steps(path, n: int, proc, timeout: float = 90.0) -> list[tuple[int, float]]:
-    began = time.monotonic()
-    while time.monotonic() - began < timeout:
-        records = read_progress(path)
-        if len(records) >= n:
-            return records
-        assert proc.poll() is None, f"the job exited with {proc.returncode} after {len(records)} steps"
-        time.sleep(0.05)
-    raise AssertionError(f"fewer than {n} steps within {timeout} s")
 
 
 # -- the launcher and the hook ----------------------------------------------------------------------------------

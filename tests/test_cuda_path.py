@@ -176,3 +176,55 @@ def test_gpu_tests_are_marked_and_skip_here():
         marks = {ast.unparse(d) for d in fn.decorator_list}
         assert "pytest.mark.gpu" in marks, f"{fn.name} lacks @pytest.mark.gpu"
     assert os.path.exists(Path(__file__).parents[1] / "scripts" / "gpu_check.sh")
+
+
+# ---- the GPU window: a campaign starts its CUDA workers together, not pair by pair ---------------------------
+@pytest.mark.slow
+def test_prestarted_workers_are_the_ones_the_pairs_take():
+    from sharewise.profiler.modes import placements
+    from sharewise.profiler.pool import WorkerPool
+
+    config = RunConfig(size="tiny", warmup_steps=2, warmup_max_s=2.0, timeout_s=120)
+    first, second = placements(config, 2)
+    with WorkerPool(config) as pool:
+        assert pool.prestart(["ncf", "ncf"], [first, second]) == 2
+        assert len(pool.idle) == 2 and not pool.busy
+        assert pool.prestart(["ncf"], [first]) == 0, "an idle worker of that spec and placement is not started again"
+        a, b = pool.acquire(["ncf", "ncf"], [first, second])
+        assert (pool.started, pool.reused) == (2, 2) and a is not b
+        pool.release([a, b])
+    with pytest.raises(ValueError, match="reuse=True"):
+        WorkerPool(config, reuse=False).prestart(["ncf"], [first])
+
+
+def test_a_cpu_campaign_starts_nothing_ahead():
+    # On a CPU the starts would compete for the cores being measured: prepare starts nothing there.
+    from sharewise.profiler.executors.local import LocalExecutor
+    from sharewise.profiler.pair import PairTask
+
+    with LocalExecutor(RunConfig(size="tiny"), "cpu0") as executor:
+        assert executor.prepare([PairTask("ncf", "ncf", "ncf", "ncf")]) == 0
+        assert executor.pool.started == 0
+
+
+# ---- part 2: the shipped GPU campaign --------------------------------------------------------------------------
+def test_reference_h200_is_a_dataset_by_name(capsys):
+    from conftest import run_cli
+
+    from sharewise.datasets.store import SHIPPED_DATASETS, Dataset, resolve_dataset_path
+
+    assert "reference-h200" in SHIPPED_DATASETS
+    ds = Dataset(resolve_dataset_path("reference-h200"))
+    profiles, pairs = ds.read_profiles(), ds.read_pairs()
+    assert set(profiles["device_name"]) == set(pairs["device_name"]) == {"NVIDIA H200"}
+    assert sorted(profiles.groupby("mode").size().items()) == [("mps", 8), ("timeslice", 8)]
+    assert profiles.loc[profiles["mode"] == "timeslice", "f_probe_slowdown"].notna().all()
+    assert len(pairs) == 18 and set(pairs["status"]) == {"ok"} and set(pairs["mode"]) == {"timeslice"}
+    meta = json.loads((ds.path / "meta.json").read_text())
+    assert meta["machine"]["driver"] and meta["machine"]["torch"].startswith("2.11")
+
+    assert run_cli(["show", "reference-h200"]) == 0
+    assert "NVIDIA H200, mode timeslice" in capsys.readouterr().out
+    assert run_cli(["evaluate", "reference-h200", "--group-by", "workload", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["n_groups"] == 8 and 0 < summary["model"]["mape"] < 100

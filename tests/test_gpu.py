@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, USER_WORKLOADS
+from conftest import FIXTURES, USER_WORKLOADS, wait_steps
 
 PY = shlex.quote(sys.executable)
 
@@ -26,17 +26,6 @@ def _steps(path: Path) -> list[tuple[int, float]]:
     from sharewise.profiler.progress import read_progress
 
     return read_progress(path)
-
-
-def _wait(path: Path, n: int, proc, timeout: float = 120.0) -> list[tuple[int, float]]:
-    began = time.monotonic()
-    while time.monotonic() - began < timeout:
-        records = _steps(path)
-        if len(records) >= n:
-            return records
-        assert proc.poll() is None, f"the job exited with {proc.returncode} after {len(records)} steps"
-        time.sleep(0.02)
-    raise AssertionError(f"fewer than {n} steps within {timeout} s")
 
 
 @pytest.mark.slow
@@ -50,7 +39,7 @@ def test_a_cuda_command_job_stops_on_sigstop_and_goes_on_after_sigcont(tmp_path)
     with open(tmp_path / "out.log", "wb") as log:
         proc = launch(spec, progress_path=progress, cuda_devices="0", stdout=log, die_with_parent=True)
     try:
-        records = _wait(progress, 30, proc)
+        records = wait_steps(progress, 30, proc, timeout=120)
         step_s = (records[-1][1] - records[-11][1]) / 10  # synchronized: a step's time includes its kernels
         assert step_s > 0
         os.killpg(proc.pid, signal.SIGSTOP)
@@ -59,7 +48,7 @@ def test_a_cuda_command_job_stops_on_sigstop_and_goes_on_after_sigcont(tmp_path)
         time.sleep(max(0.5, 10 * step_s))
         assert len(_steps(progress)) == held, "a stopped CUDA job reported steps"
         os.killpg(proc.pid, signal.SIGCONT)
-        _wait(progress, held + 10, proc)
+        wait_steps(progress, held + 10, proc, timeout=120)
     finally:
         try:
             os.killpg(proc.pid, signal.SIGKILL)

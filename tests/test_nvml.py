@@ -7,6 +7,7 @@ import time
 import types
 
 import pytest
+from conftest import fake_pynvml_base
 
 from sharewise.errors import DeviceError
 from sharewise.profiler.nvml import NvmlSampler, summarize_samples
@@ -49,36 +50,21 @@ def test_summarize_samples_leaves_out_unsupported_metrics():
 
 def _fake_pynvml(*, init_fails=False, power_supported=True):
     """A stand-in for pynvml with the calls the sampler makes."""
-    mod = types.ModuleType("pynvml")
+    mod = fake_pynvml_base(init_fails)
 
-    class NVMLError(Exception):
+    class NVMLError_NotSupported(mod.NVMLError):  # noqa: N801 - pynvml's spelling
         pass
 
-    class NVMLError_NotSupported(NVMLError):  # noqa: N801 - pynvml's spelling
-        pass
-
-    mod.NVMLError = NVMLError
     mod.NVMLError_NotSupported = NVMLError_NotSupported
     mod.NVML_CLOCK_SM = 1
     mod.NVML_PCIE_UTIL_TX_BYTES = 0
     mod.NVML_PCIE_UTIL_RX_BYTES = 1
-    mod.inits = 0
-
-    def init():
-        if init_fails:
-            raise NVMLError("Driver Not Loaded")
-        mod.inits += 1
-
-    def shutdown():
-        mod.inits -= 1
 
     def power(handle):
         if not power_supported:
             raise NVMLError_NotSupported("Not Supported")
         return 250_000  # mW
 
-    mod.nvmlInit = init
-    mod.nvmlShutdown = shutdown
     mod.nvmlDeviceGetCount = lambda: 1
     mod.nvmlDeviceGetHandleByIndex = lambda i: ("handle", i)
     mod.nvmlDeviceGetUtilizationRates = lambda h: types.SimpleNamespace(gpu=80, memory=30)

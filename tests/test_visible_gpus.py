@@ -12,6 +12,7 @@ import sys
 import types
 
 import pytest
+from conftest import fake_pynvml_base
 
 from sharewise.errors import ConfigError, DeviceError
 from sharewise.profiler import device, job_process
@@ -31,29 +32,14 @@ PROCESSES = ({111: 1 * GiB}, {222: 2 * GiB}, {111: 3 * GiB, 333: 5 * GiB})
 
 def _fake_pynvml(*, init_fails: bool = False) -> types.ModuleType:
     """A GPU machine's NVML, as far as sharewise asks it (nvmlInit counts, so a test checks every init is shut)."""
-    mod = types.ModuleType("pynvml")
-
-    class NVMLError(Exception):
-        pass
-
-    mod.NVMLError = NVMLError
-    mod.inits = 0
-
-    def init():
-        if init_fails:
-            raise NVMLError("Driver Not Loaded")
-        mod.inits += 1
-
-    def shutdown():
-        mod.inits -= 1
+    mod = fake_pynvml_base(init_fails)
+    NVMLError = mod.NVMLError
 
     def handle(i):
         if not 0 <= i < len(UUIDS):
             raise NVMLError("Invalid Argument")
         return ("handle", i)
 
-    mod.nvmlInit = init
-    mod.nvmlShutdown = shutdown
     mod.nvmlDeviceGetCount = lambda: len(UUIDS)
     mod.nvmlDeviceGetHandleByIndex = handle
     mod.nvmlDeviceGetUUID = lambda h: UUIDS[h[1]]

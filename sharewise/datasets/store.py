@@ -25,6 +25,9 @@ from sharewise.datasets.schema import (
 from sharewise.errors import DatasetError, DatasetLockedError, SchemaError
 
 REFERENCE_NAME = "reference"
+#: Datasets shipped inside the package, usable by name wherever a dataset folder is: ``reference`` (8 workloads,
+#: all 36 pairs, a 2-core CPU) and ``reference-h200`` (8 full-size workloads on an NVIDIA H200; see its meta.json).
+SHIPPED_DATASETS = (REFERENCE_NAME, "reference-h200")
 _TMP_PREFIX = ".tmp-"
 _LOCK_NAME = ".sharewise.lock"
 _META_NAME = "meta.json"
@@ -49,15 +52,18 @@ def _json_value(value):
     return item() if callable(item) else str(value)
 
 
-def reference_path() -> Path:
-    """Return the folder of the reference dataset shipped inside the package."""
-    return Path(__file__).resolve().parent / REFERENCE_NAME
+def reference_path(name: str = REFERENCE_NAME) -> Path:
+    """Return the folder of a dataset shipped inside the package (``SHIPPED_DATASETS``)."""
+    if name not in SHIPPED_DATASETS:
+        raise DatasetError(f"no shipped dataset {name!r}; sharewise ships {list(SHIPPED_DATASETS)}")
+    return Path(__file__).resolve().parent / name
 
 
 def resolve_dataset_path(path: str | os.PathLike) -> Path:
-    """Map the word ``reference`` to the shipped dataset; any other value is a folder path."""
-    if str(path) == REFERENCE_NAME and not Path(REFERENCE_NAME).exists():
-        return reference_path()
+    """Map the name of a shipped dataset (``reference``, ``reference-h200``) to its folder, unless a folder of
+    that name exists where sharewise runs; any other value is a folder path."""
+    if str(path) in SHIPPED_DATASETS and not Path(path).exists():
+        return reference_path(str(path))
     return Path(path)
 
 

@@ -281,6 +281,8 @@ class _Campaign:
         self.emit(CampaignEvent("plan", plan.skipped, plan.total, message=plan.message))
         for row in plan.unrunnable:
             self.write_pair(row)
+        if isinstance(plan, TaskQueue) and plan.tasks:
+            executor.prepare(list(plan.tasks))
         run_tasks(executor, plan, lambda finished: self.write_pair(finished.row))
 
     def missing_profiles(self, device: str | None) -> list[ProfileTask]:

@@ -95,6 +95,30 @@ class WorkerPool:
             chosen[i] = w
         return [w for w in chosen if w is not None]
 
+    def prestart(self, specs: Sequence[str], assignments: Sequence[CoreAssignment]) -> int:
+        """Start, all at once, the workers of ``(spec, assignment)`` that are not idle already, and leave them
+        idle (warm) for later ``acquire`` calls; return how many started.
+
+        A start is mostly the interpreter's and the framework's import and the device's context (about 10 s on
+        a GPU host); started together they overlap, where ``acquire`` would pay them one pair at a time. Only
+        for a warm pool (``reuse``). Raises ``WorkerFailed`` like ``acquire``; the workers of that start are gone.
+        """
+        if not self.reuse:
+            raise ValueError("prestart keeps workers warm: it needs a pool with reuse=True (--isolation warm)")
+        self._drop_dead()
+        have = list(self.idle)
+        want_specs, want_places = [], []
+        for spec, place in zip(specs, assignments, strict=True):
+            match = next((w for w in have if w.spec == spec and w.assignment == place), None)
+            if match is not None:
+                have.remove(match)
+            else:
+                want_specs.append(spec)
+                want_places.append(place)
+        started = self._start(want_specs, want_places)
+        self.release(started)
+        return len(started)
+
     def release(self, workers: Sequence[Worker]) -> None:
         """Hand workers back: idle and resident (warm), or ended (fresh, or a worker that died)."""
         gone = []

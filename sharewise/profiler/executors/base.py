@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
@@ -85,5 +86,10 @@ class Executor(Protocol):
     def submit(self, task: Task) -> None: ...
 
     def next_finished(self) -> Finished: ...
+
+    def prepare(self, tasks: Sequence[Task]) -> int:
+        """Get ready for ``tasks`` (a campaign's pairs, when all are known in advance) before the first is
+        submitted, e.g. start the worker processes they need together; return how many processes started."""
+        ...
 
     def close(self) -> None: ...

@@ -153,6 +153,10 @@ class RayExecutor:
                 return Finished.pair(task, empty_row(task, self.config, self.device_name, "failed", error))
             return Finished(task, None, "failed", error)
 
+    def prepare(self, tasks) -> int:
+        """Nothing to start ahead: each Ray task starts its own workers on the node that runs it."""
+        return 0
+
     def close(self) -> None:
         # A campaign that stops early (an error, Ctrl-C) must not leave runs going on a cluster that
         # outlives this driver: they would load nodes that later runs measure on.
