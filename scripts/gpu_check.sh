@@ -40,7 +40,7 @@
 #   IDLE_WAIT=2 RUN_TIMEOUT=60   (--idle-wait and --timeout of one run, seconds)
 #   PHYS_JOBS=6 PHYS_MIN_S=3 PHYS_MAX_S=8 PHYS_LOAD=1.5 PHYS_SEED=0 PHYS_CALIBRATE=2
 #   PHYS_WORKLOADS="resnet18 bert ncf lstm_lm"  PHYS_POLICIES="exclusive-sjf sjf-bsbf sharewise"
-#   CMD_BATCH=64 CMD_PARTNER=resnet18
+#   CMD_BATCH=64 CMD_PARTNER=resnet18 CMD_PROBE=1 (0: the command stage skips the probe windows)
 #   SMOKE_LIMIT=35 TESTS_LIMIT=70 PROFILE_LIMIT=80 PAIRS_LIMIT=120 (each mode; per mode: TIMESLICE_LIMIT,
 #   MPS_LIMIT=90, CPU_LIMIT, CPU_PARTITION_LIMIT)  PHYSICAL_LIMIT=100 COMMAND_LIMIT=45
 #   TOTAL_LIMIT=560 PACK_RESERVE=15 KILL_GRACE=10  (seconds)
@@ -99,6 +99,7 @@ PHYS_MAX_S=${PHYS_MAX_S:-8}
 PHYS_LOAD=${PHYS_LOAD:-1.5}
 PHYS_CALIBRATE=${PHYS_CALIBRATE:-2}
 CMD_PARTNER=${CMD_PARTNER:-resnet18}
+CMD_PROBE=${CMD_PROBE:-1}
 read -r -a PHYS_WL <<<"${PHYS_WORKLOADS//,/ }"
 read -r -a PHYS_POL <<<"${PHYS_POLICIES//,/ }"
 int_env MIN_STEPS 3
@@ -236,7 +237,7 @@ write_meta() {
     echo "PHYS_CALIBRATE=$PHYS_CALIBRATE"
     echo "PHYS_WORKLOADS=${PHYS_WL[*]}"
     echo "PHYS_POLICIES=${PHYS_POL[*]}"
-    echo "CMD_BATCH=$CMD_BATCH CMD_PARTNER=$CMD_PARTNER"
+    echo "CMD_BATCH=$CMD_BATCH CMD_PARTNER=$CMD_PARTNER CMD_PROBE=$CMD_PROBE"
     echo "SMOKE_LIMIT=$SMOKE_LIMIT TESTS_LIMIT=$TESTS_LIMIT PROFILE_LIMIT=$PROFILE_LIMIT PAIRS_LIMIT=$PAIRS_LIMIT"
     echo "PHYSICAL_LIMIT=$PHYSICAL_LIMIT COMMAND_LIMIT=$COMMAND_LIMIT"
     for m in "${MODE_LIST[@]}"; do echo "limit_$m=$(mode_budget "$m")"; done
@@ -457,15 +458,18 @@ if selected command; then
     class_spec="$script:Net[input=3x32x32;loss=cross_entropy;optimizer=sgd;lr=0.01]"
     profile_mode=${PROFILE_MODE}
     command_stage() {
+      local probe=()
+      [[ $CMD_PROBE == 0 ]] && probe=(--no-probe)
       "${SW[@]}" profile "$class_spec" --batch-size "$CMD_BATCH" --device "$DEVICE" --mode "$profile_mode" \
         --size "$SIZE" --out "$CMD_DS" --window "$WINDOW" --min-steps "$MIN_STEPS" --repeats "$PROFILE_REPEATS" \
-        --idle-wait "$IDLE_WAIT" --timeout "$RUN_TIMEOUT" || return
+        --idle-wait "$IDLE_WAIT" --timeout "$RUN_TIMEOUT" "${probe[@]}" || return
       "${SW[@]}" pairs -w "$cmd_spec" -w "$CMD_PARTNER" --device "$DEVICE" --mode "$profile_mode" --size "$SIZE" \
         --out "$CMD_DS" --isolation "$ISOLATION" --window "$WINDOW" --min-steps "$MIN_STEPS" --repeats "$REPEATS" \
-        --max-repeats "$MAX_REPEATS" --ci-target "$CI_TARGET" --idle-wait "$IDLE_WAIT" --timeout "$RUN_TIMEOUT"
+        --max-repeats "$MAX_REPEATS" --ci-target "$CI_TARGET" --idle-wait "$IDLE_WAIT" --timeout "$RUN_TIMEOUT" \
+        "${probe[@]}"
     }
     export -f command_stage
-    export PY DEVICE SIZE CMD_DS CMD_BATCH CMD_PARTNER WINDOW MIN_STEPS PROFILE_REPEATS IDLE_WAIT RUN_TIMEOUT \
+    export PY DEVICE SIZE CMD_DS CMD_BATCH CMD_PARTNER CMD_PROBE WINDOW MIN_STEPS PROFILE_REPEATS IDLE_WAIT RUN_TIMEOUT \
       ISOLATION REPEATS MAX_REPEATS CI_TARGET cmd_spec class_spec profile_mode
     run_stage command "$COMMAND_LIMIT" bash -c 'SW=("$PY" -m sharewise); command_stage'
     [[ $LAST_OUTCOME == ok ]] && touch "$WORK/command.done"

@@ -38,12 +38,14 @@ DRY_RUN = {
     "PROFILE_LIMIT": "120",
     "CPU_LIMIT": "180",
     "PHYS_WORKLOADS": "a3c ncf",
-    "PHYS_JOBS": "4",
-    "PHYS_MIN_S": "2",
-    "PHYS_MAX_S": "4",
-    "PHYS_CALIBRATE": "1",
+    "PHYS_JOBS": "3",
+    "PHYS_MIN_S": "1",
+    "PHYS_MAX_S": "2",
+    "PHYS_CALIBRATE": "0.5",
     "PHYSICAL_LIMIT": "300",
+    "PHYS_POLICIES": "exclusive-sjf sharewise",
     "CMD_PARTNER": "ncf",
+    "CMD_PROBE": "0",
     "CMD_BATCH": "16",
     "COMMAND_LIMIT": "200",
     "TOTAL_LIMIT": "900",
@@ -147,8 +149,8 @@ def test_cpu_dry_run_packs_profiles_and_every_pair(tmp_path):
 
     # The physical stage: every policy ran the trace for real and was compared with its simulation.
     trace = (work / "physical" / "trace.csv").read_text().splitlines()
-    assert len(trace) == 1 + 4 and {line.split(",")[2] for line in trace[1:]} <= {"a3c", "ncf"}
-    for policy in ("exclusive-sjf", "sjf-bsbf", "sharewise"):
+    assert len(trace) == 1 + 3 and {line.split(",")[2] for line in trace[1:]} <= {"a3c", "ncf"}
+    for policy in ("exclusive-sjf", "sharewise"):
         run = json.loads((work / "physical" / "run" / policy / "run.json").read_text())
         assert run["complete"] and {job["status"] for job in run["jobs"]} == {"done"}, run["jobs"]
         assert run.get("comparison"), f"{policy}: no comparison with the simulation (--compare-sim)"
