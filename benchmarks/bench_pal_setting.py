@@ -68,8 +68,8 @@ def prepare_traces(pal: Path) -> list:
 
 def run_setting(traces: list, variability, policies, migration_s: float = 0.0) -> dict:
     """Average JCT (s) and migrations per trace of each policy, on GPUs with ``variability``."""
+    from sharewise.engine.simulator import simulate
     from sharewise.policy import get_policy
-    from sharewise.policy.simulator import simulate
 
     out: dict = {}
     for name in policies:

@@ -119,8 +119,8 @@ def cli_runs(data: Path, model: Path, queue: Path, n_gpus: int, runs: int) -> tu
 
 def run(data_root: Path, n_jobs: int, n_gpus: int, runs: int) -> None:
     from sharewise.app.recommend import RecommendConfig, recommend
-    from sharewise.policy.pairing import plan_pairs
-    from sharewise.policy.table import SlowdownTable
+    from sharewise.engine.table import SlowdownTable
+    from sharewise.planner.pairing import plan_pairs
 
     rng = np.random.default_rng(0)
     with tempfile.TemporaryDirectory(prefix="sharewise-bench-rec-") as tmp:

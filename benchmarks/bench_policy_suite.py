@@ -121,7 +121,7 @@ def oof_predictions(data, work: Path, device: str, group_by: str) -> str:
     """Out-of-fold predictions of every shareable pair on ``device``, as ``sharewise simulate`` makes them."""
     from sharewise.app.simulate import _candidates
     from sharewise.datasets.store import Dataset
-    from sharewise.policy.table import SlowdownTable
+    from sharewise.engine.table import SlowdownTable
     from sharewise.predictor import out_of_fold_predictions
 
     ds = Dataset(data)
@@ -141,8 +141,8 @@ def run_cell(cell: Cell) -> dict:
     import numpy as np
 
     from sharewise.app.simulate import SimulationConfig, prepare, run_policy
+    from sharewise.engine.simulator import simulate
     from sharewise.policy import event_driven_names, get_policy
-    from sharewise.policy.simulator import simulate
 
     config = SimulationConfig(
         trace=cell.trace,

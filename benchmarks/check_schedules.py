@@ -41,8 +41,8 @@ def run_cell(cell: Cell) -> dict:
     """Every registered policy and the suite's ablations on one cell: a fingerprint each."""
     from sharewise.app.simulate import SimulationConfig, run_policy
     from sharewise.app.simulate import prepare as prepare_inputs
+    from sharewise.engine.simulator import simulate
     from sharewise.policy import event_driven_names, get_policy
-    from sharewise.policy.simulator import simulate
 
     config = SimulationConfig(
         trace=cell.trace, data=cell.data, device_name=cell.device, n_gpus=cell.n_gpus,

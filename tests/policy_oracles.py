@@ -15,8 +15,8 @@ from __future__ import annotations
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from sharewise.policy.base import ClusterState, Placement, Queue, in_order
-from sharewise.policy.table import SlowdownTable
+from sharewise.engine.interface import ClusterState, Placement, Queue, in_order
+from sharewise.engine.table import SlowdownTable
 
 
 def pick_free_gpus(free: np.ndarray, node: np.ndarray, k: int) -> np.ndarray | None:

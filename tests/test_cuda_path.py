@@ -153,7 +153,7 @@ def test_a_run_knows_the_pairs_of_its_own_sharing_mode():
     prof, got, notes = one_mode(profiles, pairs, "H200", "mps")
     assert sorted(zip(got["device_name"], got["mode"], strict=True)) == [("H200", "mps"), ("cpu0", "cpu")]
     assert sorted(prof["mode"]) == ["cpu", "mps"] and notes
-    from sharewise.policy.table import SlowdownTable
+    from sharewise.engine.table import SlowdownTable
 
     table = SlowdownTable.from_pairs(got, device_name="H200")  # one mode left: no "several modes" error
     assert table.p50[0, 1] == pytest.approx(1.1)

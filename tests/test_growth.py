@@ -20,9 +20,9 @@ import pytest
 from loadguard import check_growth
 
 from sharewise.datasets.synthetic import synthetic_tables
+from sharewise.engine.table import SlowdownTable
+from sharewise.planner.pairing import plan_pairs
 from sharewise.policy import get_policy, policy_names
-from sharewise.policy.pairing import plan_pairs
-from sharewise.policy.table import SlowdownTable
 
 # -- recommend: jobs and GPUs --------------------------------------------------------------------------------
 
@@ -109,7 +109,7 @@ def test_simulate_grows_linearly_in_jobs_and_gpus():
     """Jobs and GPUs scaled together (arrivals 10x as dense on 10x the GPUs, load 0.8 so the queue stays
     stationary): every event costs about the same, whatever the number of jobs already seen or GPUs."""
     from sharewise.datasets.traces.synthetic import synthetic_trace
-    from sharewise.policy.simulator import Cluster, simulate
+    from sharewise.engine.simulator import Cluster, simulate
 
     truth, view = _simulation_tables()
 
@@ -127,7 +127,7 @@ def test_simulate_grows_linearly_in_jobs_and_gpus():
 def _policy_state(n_queued: int, n_gpus: int = 64, seed: int = 0):
     """A cluster of 8-GPU nodes, a quarter of its GPUs free, a quarter holding one job (partners to join), the
     rest two; and ``n_queued`` waiting jobs (some multi-GPU, some preempted with attained service)."""
-    from sharewise.policy.base import ClusterState, Queue
+    from sharewise.engine.interface import ClusterState, Queue
 
     rng = np.random.default_rng(seed)
     truth, view = _simulation_tables(seed=seed)

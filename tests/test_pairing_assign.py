@@ -12,10 +12,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sharewise.policy import pairing
-from sharewise.policy.base import FreeGpus, pick_free_gpus
-from sharewise.policy.jobs import normalize_cluster, normalize_queue
-from sharewise.policy.table import SlowdownTable
+from sharewise.engine.interface import FreeGpus, pick_free_gpus
+from sharewise.engine.table import SlowdownTable
+from sharewise.planner import pairing
+from sharewise.planner.jobs import normalize_cluster, normalize_queue
 
 
 def assign_reference(p, counts, jobs, layout, table, free_gpus, host_gpus):

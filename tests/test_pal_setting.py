@@ -15,10 +15,10 @@ from sharewise.app.simulate import SimulationConfig, run_simulation
 from sharewise.datasets.traces import detect_format, load_trace
 from sharewise.datasets.traces.pal import pal_class_mapping, read_pal_csv
 from sharewise.datasets.variability import GpuVariability, draw_factors, read_class_mapping, read_variability
+from sharewise.engine.simulator import Cluster, simulate
+from sharewise.engine.table import SlowdownTable
 from sharewise.errors import ConfigError, DatasetError, TraceError
 from sharewise.policy import event_driven_names, get_policy
-from sharewise.policy.simulator import Cluster, simulate
-from sharewise.policy.table import SlowdownTable
 
 ARTIFACT = ("packed-sticky-artifact", "packed-non-sticky", "pm-first-artifact", "pal-artifact")
 

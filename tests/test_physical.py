@@ -28,12 +28,13 @@ from sharewise.app.run_compare import divergence, why
 from sharewise.datasets.store import Dataset, utc_now
 from sharewise.datasets.traces import TraceContext
 from sharewise.datasets.traces.generic import read_generic_csv, write_generic_csv
+from sharewise.engine import transition
+from sharewise.engine.cluster import Cluster
+from sharewise.engine.loop import DONE, QUEUED, SchedulingLoop, SimulationResult
+from sharewise.engine.simulator import SimWorld, simulate
+from sharewise.engine.table import SlowdownTable
 from sharewise.errors import TraceError
-from sharewise.policy import get_policy, transition
-from sharewise.policy.cluster import Cluster
-from sharewise.policy.loop import DONE, QUEUED, SchedulingLoop, SimulationResult
-from sharewise.policy.simulator import SimWorld, simulate
-from sharewise.policy.table import SlowdownTable
+from sharewise.policy import get_policy
 from sharewise.runtime.world import Segment, Sitting
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "physical_workloads.py"
@@ -94,7 +95,7 @@ def test_the_simulator_charges_a_move_but_not_a_resume_in_place_when_asked_to():
     Moved to GPU 1 at once it pays its 4 s start-up again: 2 + 8 + 4 = 14. Waiting to resume on GPU 0 when job 1
     ends at 5 it pays nothing: 5 + 8 = 13. (A policy scripted here, in the signature every policy has.)"""
     from sharewise.datasets.traces import Trace
-    from sharewise.policy.base import Decision, Placement
+    from sharewise.engine.interface import Decision, Placement
 
     def scripted(move: bool):
         def policy(queue, cluster, table, now):

@@ -12,15 +12,15 @@ import pytest
 from conftest import run_cli
 from policy_oracles import shared_completion
 
+from sharewise.engine.interface import ClusterState, Queue, as_decision, check_placements, smallest_first
+from sharewise.engine.table import SlowdownTable
 from sharewise.errors import ConfigError, DatasetError, SchemaError, TraceError, UnknownWorkloadError
+from sharewise.planner.pairing import plan_pairs
 from sharewise.policy import REGISTRY, Placement, get_policy, policy_names
-from sharewise.policy.base import ClusterState, Queue, as_decision, check_placements, smallest_first
-from sharewise.policy.pairing import plan_pairs
+from sharewise.policy.ours import sharewise
 from sharewise.policy.pal import pal
 from sharewise.policy.pm_first import pm_first
-from sharewise.policy.sharewise import sharewise
 from sharewise.policy.sjf_bsbf import sharing_times, sjf_bsbf
-from sharewise.policy.table import SlowdownTable
 from sharewise.predictor.memory import memory_fit
 
 WORKLOADS = ["a", "b", "c"]
@@ -183,7 +183,7 @@ def test_check_placements_catches_bad_policies():
     queue = make_queue([(5, 10, 1, 0), (6, 10, 2, 0)])
     cluster = make_cluster([[-1, -1], [0, 1]], n_jobs=10)
     tab = table(np.full((1, 1), 1.5))
-    from sharewise.policy.base import InvalidPlacementError
+    from sharewise.engine.interface import InvalidPlacementError
 
     for bad, msg in [
         ([Placement(5, (0,)), Placement(5, (0,))], "twice"),
@@ -256,7 +256,7 @@ def test_sjf_ffs_shares_without_looking_at_slowdowns():
 
 # ---- ours ------------------------------------------------------------------------------------------
 def test_shared_completion_hand_computed():
-    from sharewise.policy.sharewise.slo import shared_ends
+    from sharewise.policy.ours.slo import shared_ends
 
     c_a, c_b = shared_completion(np.array([2.0]), np.array([4.0]), np.array([1.5]), np.array([1.5]))
     assert (c_a[0], c_b[0]) == pytest.approx((3.0, 5.0))
@@ -384,7 +384,7 @@ def test_sharewise_knobs_are_one_frozen_params_object_overridden_by_keyword():
     urgency slack: 10,000 - 2,400 / 0.5 = 5,200 > 5,000)."""
     import functools
 
-    from sharewise.policy.sharewise import PARAMS, Params
+    from sharewise.policy.ours import PARAMS, Params
 
     n = 20
     remaining, work, start = np.zeros(n), np.ones(n), np.full(n, np.nan)
@@ -840,9 +840,9 @@ def test_sharewise_kernels_match_the_closed_forms(seed):
     from policy_oracles import release_times as release_oracle
     from policy_oracles import savings as savings_oracle
 
-    from sharewise.policy._gpus import lone_residents
-    from sharewise.policy.sharewise.arrays import Jobs, Knobs, Pairs, Waiting, pairs_of
-    from sharewise.policy.sharewise.sharing import release_times, savings
+    from sharewise.engine.gpus import lone_residents
+    from sharewise.policy.ours.arrays import Jobs, Knobs, Pairs, Waiting, pairs_of
+    from sharewise.policy.ours.sharing import release_times, savings
 
     rng = np.random.default_rng(seed)
     n_wl, n_gpus, n_jobs, m = 4, 40, 120, 12
@@ -909,8 +909,8 @@ def test_compiled_orderings_are_numpys(seed):
     from policy_oracles import by_sensitivity as by_sensitivity_oracle
     from policy_oracles import sjf_walk as sjf_walk_oracle
 
-    from sharewise.policy._order import by_sensitivity, select_smallest, smallest, stable_order
-    from sharewise.policy.sharewise.placement import sjf_walk
+    from sharewise.engine.order import by_sensitivity, select_smallest, smallest, stable_order
+    from sharewise.policy.ours.placement import sjf_walk
 
     rng = np.random.default_rng(seed)
     for n in (1, 2, 7, 64, 65, 300):
@@ -940,8 +940,8 @@ def test_compiled_free_gpu_pick_is_the_python_rule(seed):
     the oracle chooses, on random free masks, node layouts and job sizes."""
     from policy_oracles import pick_free_gpus as pick_oracle
 
-    from sharewise.policy import _gpus
-    from sharewise.policy.base import pick_free_gpus
+    from sharewise.engine import gpus
+    from sharewise.engine.interface import pick_free_gpus
 
     rng = np.random.default_rng(seed)
     per_node = int(rng.choice([1, 2, 4, 8]))
@@ -950,7 +950,7 @@ def test_compiled_free_gpu_pick_is_the_python_rule(seed):
     occupancy = rng.integers(0, 3, n_gpus) * (rng.random(n_gpus) < 0.6)
     for k in range(1, n_gpus + 2):
         want = pick_oracle(occupancy == 0, node, k)
-        got = _gpus.pick_free_gpus(occupancy, node, k)
+        got = gpus.pick_free_gpus(occupancy, node, k)
         if want is None:
             assert got.shape[0] == 0 and pick_free_gpus(occupancy == 0, node, k) is None
         else:
@@ -983,7 +983,7 @@ def test_compiled_fastest_block_is_pals_rule(seed):
 def test_fast_placement_check_agrees_with_the_detailed_one(seed):
     """The fast validity check accepts exactly the placements the one-by-one walk accepts: on real
     policies' placements (valid), and on the same with one random change (often invalid)."""
-    from sharewise.policy.base import InvalidPlacementError, _all_valid, _walk_placements
+    from sharewise.engine.interface import InvalidPlacementError, _all_valid, _walk_placements
 
     queue, cluster, tab = _random_state(seed % 6)
     rng = np.random.default_rng(seed)
@@ -1061,10 +1061,10 @@ def _urgent_case(seed: int):
     victims stopped, wake-up)."""
     from policy_oracles import urgent_restarts as urgent_oracle
 
-    from sharewise.policy.sharewise import urgent
-    from sharewise.policy.sharewise.arrays import jobs_of, knobs_of
-    from sharewise.policy.sharewise.params import PARAMS
-    from sharewise.policy.sharewise.view import View
+    from sharewise.policy.ours import urgent
+    from sharewise.policy.ours.arrays import jobs_of, knobs_of
+    from sharewise.policy.ours.params import PARAMS
+    from sharewise.policy.ours.view import View
 
     queue, cluster, now = _random_preemption_state(seed)
     knobs = knobs_of(PARAMS, cluster, now, cluster.slo)
@@ -1085,9 +1085,9 @@ def test_urgent_restarts_take_victims_by_the_oracles_rule(seed):
 def test_urgent_restarts_cases_exercise_the_rule():
     """The random cases of the test above restart jobs on free GPUs and on victims' GPUs, and leave some
     urgent job waiting: the comparison covers every branch of the rule."""
-    from sharewise.policy.sharewise.arrays import knobs_of
-    from sharewise.policy.sharewise.params import PARAMS
-    from sharewise.policy.sharewise.urgent import urgent_jobs
+    from sharewise.policy.ours.arrays import knobs_of
+    from sharewise.policy.ours.params import PARAMS
+    from sharewise.policy.ours.urgent import urgent_jobs
 
     restarted = stopped = urgent = 0
     for seed in range(60):

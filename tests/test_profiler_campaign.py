@@ -54,9 +54,9 @@ def test_done_keys_are_pairs_in_either_order_on_this_device_mode_and_size():
 
 import math  # noqa: E402
 
+from sharewise.app.budget import BudgetPicker  # noqa: E402
 from sharewise.datasets.store import Dataset  # noqa: E402
 from sharewise.datasets.summary import dataset_overview, slowdown_matrix  # noqa: E402
-from sharewise.profiler.budget import BudgetPicker  # noqa: E402
 from sharewise.profiler.campaign import run_campaign  # noqa: E402
 from sharewise.profiler.executors.local import LocalExecutor  # noqa: E402
 from sharewise.profiler.probe import CPU_SHAPE, cuda_shape  # noqa: E402

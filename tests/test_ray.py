@@ -213,8 +213,8 @@ def test_a_budget_on_ray_picks_each_pair_after_the_last_is_written(ray_cluster, 
     would take the same partner again)."""
     from test_profiler_campaign import _literal
 
+    from sharewise.app.budget import BudgetPicker
     from sharewise.predictor import train_model
-    from sharewise.profiler.budget import BudgetPicker
 
     names = ["tiny_mlp", "tiny_conv", "tiny_embed"]
     profiles, pairs = _literal(names, device_name("cpu"), with_pairs=names[:2])

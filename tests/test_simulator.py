@@ -18,11 +18,11 @@ from sharewise.datasets.traces import Trace, TraceContext, check_trace
 from sharewise.datasets.traces.gavel import read_gavel_trace
 from sharewise.datasets.traces.generic import read_generic_csv
 from sharewise.datasets.traces.philly import read_philly_csv
+from sharewise.engine.interface import InvalidPlacementError
+from sharewise.engine.simulator import Cluster, simulate
+from sharewise.engine.table import SlowdownTable
 from sharewise.errors import TraceError
 from sharewise.policy import Placement, get_policy, policy_names
-from sharewise.policy.base import InvalidPlacementError
-from sharewise.policy.simulator import Cluster, simulate
-from sharewise.policy.table import SlowdownTable
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 DEVICE = "gpu-x"

@@ -107,8 +107,8 @@ def pairs(options: PairsOptions, on_event: Callable | None = None) -> PairsResul
     ``model``. Raises ``CampaignInterrupted`` (a ``KeyboardInterrupt``) on SIGTERM or Ctrl-C, after the
     workers are gone; the rows written stay.
     """
+    from sharewise.app.budget import BudgetPicker
     from sharewise.datasets.store import Dataset
-    from sharewise.profiler.budget import BudgetPicker
     from sharewise.profiler.campaign import AllPairs, run_campaign
     from sharewise.profiler.executors import executor_factory
 

@@ -1,6 +1,6 @@
 """``sharewise recommend``: predict every pair of the queued and resident workloads, then plan the pairing.
 
-The pipeline around the pure solver (``sharewise.policy.pairing``): read the model, the profiles, the queue
+The pipeline around the pure solver (``sharewise.planner.pairing``): read the model, the profiles, the queue
 and cluster files; predict; forbid pairs that do not fit in memory (their raw peaks, and their memory limits
 of ``sharewise.deploy.plan``) or were measured out of memory; plan; and explain the shared placements.
 ``deploy`` then turns the plan into the neutral deployment plan and writes it in a stack's format.
@@ -30,10 +30,10 @@ from sharewise.deploy.plan import (
     memory_limit,
     workload_resources,
 )
+from sharewise.engine.table import SlowdownTable
 from sharewise.errors import ConfigError, DatasetError, TraceError
-from sharewise.policy.jobs import CLUSTER_COLUMNS, QUEUE_COLUMNS
-from sharewise.policy.pairing import Plan, plan_pairs
-from sharewise.policy.table import SlowdownTable
+from sharewise.planner.jobs import CLUSTER_COLUMNS, QUEUE_COLUMNS
+from sharewise.planner.pairing import Plan, plan_pairs
 from sharewise.predictor.memory import DEVICE_MEMORY
 
 #: ``--sharing auto`` picks the measured mode if it is one of these GPU modes, else the first (CUDA's default).

@@ -1,6 +1,6 @@
 """``sharewise run``: a trace's jobs run for real on the local devices, under each policy in turn.
 
-The same scheduling loop and policy objects as ``simulate`` (``sharewise.policy.loop``), over a real world
+The same scheduling loop and policy objects as ``simulate`` (``sharewise.engine.loop``), over a real world
 (``sharewise.runtime.world``). One call:
 
 1. **Prepare** (nothing starts before every input is checked): the trace (generic CSV with ``steps`` or
@@ -44,9 +44,9 @@ from sharewise.app.run_inputs import (
     step_times,
 )
 from sharewise.datasets.store import Dataset, utc_now, write_json_atomic
+from sharewise.engine.cluster import Cluster
+from sharewise.engine.loop import DONE, FAILED, SchedulingLoop, SimulationResult
 from sharewise.policy import get_policy
-from sharewise.policy.cluster import Cluster
-from sharewise.policy.loop import DONE, FAILED, SchedulingLoop, SimulationResult
 from sharewise.runtime.jobs import JobSpec
 from sharewise.runtime.slots import Layout
 from sharewise.runtime.world import RealWorld, Sitting
@@ -157,7 +157,7 @@ def run_policy(name: str, inputs: RunInputs, config: PhysicalConfig, out: Path, 
 def _warm_policy(name: str, inputs: RunInputs) -> None:
     """Call the policy once on an empty cluster before the clock starts: compiled kernels load (or compile,
     on a first install) here, not in the middle of the run."""
-    from sharewise.policy.base import ClusterState, Queue
+    from sharewise.engine.interface import ClusterState, Queue
 
     n = len(inputs.specs)
     lay = inputs.layout

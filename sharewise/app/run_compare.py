@@ -9,10 +9,10 @@ import numpy as np
 
 from sharewise.app.run_inputs import PhysicalConfig, RunInputs, step_times
 from sharewise.datasets.traces import Trace
+from sharewise.engine.cluster import Cluster
+from sharewise.engine.loop import SimulationResult
+from sharewise.engine.table import SlowdownTable
 from sharewise.policy import get_policy
-from sharewise.policy.cluster import Cluster
-from sharewise.policy.loop import SimulationResult
-from sharewise.policy.table import SlowdownTable
 from sharewise.runtime.world import Sitting
 
 _JSON_DECIMALS = 4
@@ -66,7 +66,7 @@ def compare(inputs: RunInputs, config: PhysicalConfig, runs: dict[str, Simulatio
     "p95_jct_physical": ..., "p95_jct_simulated": ..., "p95_ratio": ..., "job_ratio_median": 1.01,
     "within_10": 0.75, "within_20": 0.94, "gain_vs_exclusive_sjf_physical": 0.21, "..._simulated": 0.19}}``.
     """
-    from sharewise.policy.simulator import simulate
+    from sharewise.engine.simulator import simulate
 
     truth, exclusive, startup, notes = sitting_truth(inputs, sitting)
     step_s, startup_s = step_times(inputs, sitting)

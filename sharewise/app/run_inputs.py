@@ -14,9 +14,9 @@ import pandas as pd
 from sharewise.app.simulate import SimulationConfig, check_run_options, policy_view
 from sharewise.datasets.store import open_dataset, write_json_atomic
 from sharewise.datasets.traces import AUTO, Trace, TraceContext, load_trace
+from sharewise.engine.table import SlowdownTable
 from sharewise.errors import ConfigError, DatasetError, TraceError
 from sharewise.policy import get_policy
-from sharewise.policy.table import SlowdownTable
 from sharewise.runtime.jobs import JobSpec, LocalJob
 from sharewise.runtime.slots import Layout
 from sharewise.runtime.slots import layout as make_layout

@@ -1,7 +1,7 @@
 """``sharewise simulate``: read the truth, the predictions, the trace and the cluster; simulate each policy.
 
 The CLI and the golden test both call ``run_simulation`` with a ``SimulationConfig``, so what the test pins
-is exactly what a user runs. The simulator itself (``sharewise.policy.simulator``) reads no files.
+is exactly what a user runs. The simulator itself (``sharewise.engine.simulator``) reads no files.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ import pandas as pd
 from sharewise.datasets.tables import read_predictions
 from sharewise.datasets.traces import AUTO, TRACE_FORMATS, Trace, TraceContext, detect_format, load_trace
 from sharewise.datasets.variability import PAL_SEED, GpuVariability, read_class_mapping, read_variability
+from sharewise.engine.simulator import Cluster, SimulationResult, seeded_speeds, simulate
+from sharewise.engine.table import SlowdownTable
 from sharewise.errors import ConfigError, DatasetError, TraceError
 from sharewise.policy import event_driven_names, get_policy, policy_names
-from sharewise.policy.simulator import Cluster, SimulationResult, seeded_speeds, simulate
-from sharewise.policy.table import SlowdownTable
 
 GAVEL_NOTES = (
     "Measured pairs are single-GPU runs: a multi-GPU job that shares its GPUs uses its single-GPU slowdown "

@@ -10,7 +10,7 @@ from rich.table import Table
 from sharewise.cli.common import console, one_of, print_json
 from sharewise.deploy import EMITTERS
 from sharewise.errors import ConfigError
-from sharewise.policy.pairing import METHODS
+from sharewise.planner.pairing import METHODS
 
 
 def recommend(

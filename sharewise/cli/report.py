@@ -83,7 +83,7 @@ class _DemoScreen:
         from sharewise.cli.predictor import render_predict, render_train
         from sharewise.cli.profiler import render_pairs
         from sharewise.cli.recommend import render_plan
-        from sharewise.policy.pairing import Plan
+        from sharewise.planner.pairing import Plan
 
         self.close()
         if isinstance(result, PairsResult):

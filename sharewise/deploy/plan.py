@@ -1,7 +1,7 @@
 """The neutral deployment plan: per GPU its node, index and UUID, the sharing mode, the jobs and their limits.
 
 Every stack format (``sharewise.deploy``) is made from this plan, and ``--emit plan`` writes it as JSON. The
-rules that turn a pairing (``sharewise.policy.pairing.Plan``) and the jobs' solo profiles into limits are
+rules that turn a pairing (``sharewise.planner.pairing.Plan``) and the jobs' solo profiles into limits are
 stated here once, as constants, and copied into the JSON (``rules``):
 
 - **memory limit** of a job that shares a GPU: its peak device memory from the profile (the rule of
@@ -34,7 +34,7 @@ from sharewise.errors import DatasetError, InvalidPlacementError
 from sharewise.predictor.memory import MEMORY_COLUMNS, STATIC_MEMORY, job_memory
 
 if TYPE_CHECKING:
-    from sharewise.policy.pairing import Plan
+    from sharewise.planner.pairing import Plan
 
 SCHEMA = "sharewise-deploy-plan/1"
 MIB = 2**20

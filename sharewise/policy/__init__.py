@@ -1,14 +1,14 @@
-"""Policies that decide which jobs share a GPU, the cluster simulator that compares them, and ``recommend``.
+"""The policies that decide which jobs share a GPU, one module each (ours a package laid out by mechanism).
 
 Every policy is a pure function with one signature, ``policy(queue, cluster, table, now) -> list[Placement]``
-or, for preemptive ones, a ``Decision`` (types in ``sharewise.policy.base``), living in its own module and
+or, for preemptive ones, a ``Decision`` (types in ``sharewise.engine.interface``), living in its own module and
 named in ``REGISTRY``. Knobs go in as
 keyword arguments, bound with ``functools.partial``; nothing dispatches on a policy's name.
 """
 
 from __future__ import annotations
 
-from sharewise.policy.base import ClusterState, Decision, InvalidPlacementError, Placement, Policy, Queue
+from sharewise.engine.interface import ClusterState, Decision, InvalidPlacementError, Placement, Policy, Queue
 from sharewise.registry import Registry
 
 # name -> "module:attribute" inside this package, imported on first use; baselines first, ours last.
@@ -29,7 +29,7 @@ REGISTRY: Registry[Policy] = Registry(
         "packed-non-sticky": "pal_artifact:packed_non_sticky",
         "pm-first-artifact": "pal_artifact:pm_first_artifact",
         "pal-artifact": "pal_artifact:pal_artifact",
-        "sharewise": "sharewise:sharewise",
+        "sharewise": "ours:sharewise",
     },
     signature="policy(queue, cluster, table, now) -> list[Placement]",
 )

@@ -13,8 +13,8 @@ from functools import partial
 
 import numpy as np
 
-from sharewise.policy.base import ClusterState, Placement, Queue, in_order, pick_free_gpus, queue_keys
-from sharewise.policy.table import SlowdownTable
+from sharewise.engine.interface import ClusterState, Placement, Queue, in_order, pick_free_gpus, queue_keys
+from sharewise.engine.table import SlowdownTable
 
 
 def exclusive(

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from sharewise.policy.base import ClusterState, Placement, Queue, pick_free_gpus
+from sharewise.engine.interface import ClusterState, Placement, Queue, pick_free_gpus
+from sharewise.engine.table import SlowdownTable
 from sharewise.policy.pm_first import select_jobs
-from sharewise.policy.table import SlowdownTable
 
 
 def packed_sticky(

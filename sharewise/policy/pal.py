@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from sharewise.policy import _gpus
-from sharewise.policy.base import ClusterState, Placement, Queue
+from sharewise.engine import gpus
+from sharewise.engine.interface import ClusterState, Placement, Queue
+from sharewise.engine.table import SlowdownTable
 from sharewise.policy.pm_first import by_sensitivity, select_jobs
-from sharewise.policy.table import SlowdownTable
 
 
 def pal(
@@ -56,9 +56,9 @@ def fastest_block(free: np.ndarray, speed: np.ndarray, node: np.ndarray, k: int,
     anywhere. A candidate's effective speed is its slowest GPU's speed, divided by ``penalty`` when it spans
     nodes; the best wins, ties going to fewer nodes, then to the node with fewer free GPUs (whole nodes stay
     free for big jobs). The caller makes sure ``k`` GPUs are free. The rule is compiled
-    (``_gpus.fastest_block``), the one ``sharewise`` places its jobs by.
+    (``engine.gpus.fastest_block``), the one ``sharewise`` places its jobs by.
     """
-    return _gpus.fastest_block(~np.asarray(free, dtype=bool), speed, node, k, float(penalty))
+    return gpus.fastest_block(~np.asarray(free, dtype=bool), speed, node, k, float(penalty))
 
 # Exclusive: the simulator need not call it while no queued job fits on the free GPUs.
 pal.shares_gpus = False

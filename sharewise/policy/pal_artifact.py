@@ -45,8 +45,8 @@ import functools
 
 import numpy as np
 
-from sharewise.policy.base import ClusterState, Decision, Placement, Queue, pick_free_gpus
-from sharewise.policy.table import SlowdownTable
+from sharewise.engine.interface import ClusterState, Decision, Placement, Queue, pick_free_gpus
+from sharewise.engine.table import SlowdownTable
 
 RULES = ("packed", "pm-first", "pal")
 

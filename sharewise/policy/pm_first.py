@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from sharewise.policy import _order
-from sharewise.policy.base import ClusterState, Placement, Queue, in_order, queue_keys
-from sharewise.policy.table import SlowdownTable
+from sharewise.engine import order as orders
+from sharewise.engine.interface import ClusterState, Placement, Queue, in_order, queue_keys
+from sharewise.engine.table import SlowdownTable
 
 
 def select_jobs(queue: Queue, n_free: int, order: str) -> list[int]:
@@ -31,9 +31,9 @@ def by_sensitivity(queue: Queue, chosen: list[int]) -> list[int]:
 
     A job's completion time moves with the speed of its slowest GPU in proportion to its remaining run time,
     so the longest remaining jobs are the most sensitive (ties: more GPUs, then queue order). The order is
-    compiled (``_order.by_sensitivity``), the one ``sharewise`` starts its jobs in.
+    compiled (``engine.order.by_sensitivity``), the one ``sharewise`` starts its jobs in.
     """
-    return _order.by_sensitivity(np.asarray(chosen, dtype=np.int64), queue.remaining, queue.gpus).tolist()
+    return orders.by_sensitivity(np.asarray(chosen, dtype=np.int64), queue.remaining, queue.gpus).tolist()
 
 
 def pm_first(

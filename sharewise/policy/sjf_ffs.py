@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from sharewise.policy._sharing import SharingState, place_in_order
-from sharewise.policy.base import ClusterState, Placement, Queue
-from sharewise.policy.table import SlowdownTable
+from sharewise.engine.interface import ClusterState, Placement, Queue
+from sharewise.engine.table import SlowdownTable
+from sharewise.policy.occupancy import SharingState, place_in_order
 
 
 def _first_fit(workloads: np.ndarray, remaining: np.ndarray, gpus: np.ndarray, state: SharingState):

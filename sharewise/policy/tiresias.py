@@ -24,8 +24,8 @@ import math
 
 import numpy as np
 
-from sharewise.policy.base import ClusterState, Decision, Placement, Queue, pick_free_gpus
-from sharewise.policy.table import SlowdownTable
+from sharewise.engine.interface import ClusterState, Decision, Placement, Queue, pick_free_gpus
+from sharewise.engine.table import SlowdownTable
 
 #: Tiresias' own simulator: two queues, split at one GPU-hour of attained service.
 DEFAULT_THRESHOLDS = (3600.0,)

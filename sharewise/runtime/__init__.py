@@ -4,6 +4,6 @@
 progress read from their step reports, and the pairs that share a slot are measured as they run. The pieces:
 ``slots`` (what stands for a GPU: a CUDA device or a set of CPU cores), ``runner`` (a built-in workload run
 as a job), ``jobs`` (one job's process: start, pause, resume, progress, end), ``world`` (the real world behind
-``sharewise.policy.loop``), ``ray_jobs`` (the same jobs as Ray actors), and ``sharewise.app.run`` (the
+``sharewise.engine.loop``), ``ray_jobs`` (the same jobs as Ray actors), and ``sharewise.app.run`` (the
 command: calibration, one run per policy, resume, the comparison with the simulator).
 """

@@ -1,7 +1,7 @@
 """The real world behind the scheduling loop: jobs run as processes on device slots, time is the wall clock,
 progress is what the jobs report, and pairs that share a slot are measured while they run.
 
-Semantics where reality forces a choice (the loop's own are in ``sharewise.policy.loop``):
+Semantics where reality forces a choice (the loop's own are in ``sharewise.engine.loop``):
 
 - **Time.** Seconds since the run began (wall clock). The loop's next event (an arrival, a wake-up a policy
   asked for, a round) is waited for; meanwhile the jobs are polled every ``poll_s`` and a job's end, or a new
@@ -39,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sharewise.policy.loop import DONE, FAILED, RUNNING, Observation, SchedulingLoop
+from sharewise.engine.loop import DONE, FAILED, RUNNING, Observation, SchedulingLoop
 from sharewise.runtime.jobs import DONE_STATUS, JobSpec, LocalJob
 from sharewise.runtime.slots import Layout
 

@@ -26,7 +26,7 @@ import numpy as np
 from sharewise.errors import InvalidPlacementError
 
 if TYPE_CHECKING:
-    from sharewise.policy.table import SlowdownTable
+    from sharewise.engine.table import SlowdownTable
 
 MAX_JOBS_PER_GPU = 2
 
@@ -185,7 +185,7 @@ def pick_free_gpus(free: np.ndarray, node: np.ndarray, k: int) -> np.ndarray | N
     loads numba). Example: ``pick_free_gpus(np.array([True, True, False, True]), np.array([0, 0, 1, 1]), 1)`` is
     ``array([3])``.
     """
-    from sharewise.policy._gpus import pick_free_gpus as pick
+    from sharewise.engine.gpus import pick_free_gpus as pick
 
     if k <= 0:
         return np.empty(0, dtype=np.int64)

@@ -21,13 +21,13 @@ both jobs a slowdown for the whole time they share. The closed forms all steps u
 
 from __future__ import annotations
 
-from sharewise.policy.base import ClusterState, Decision, Placement, Queue, as_decision
-from sharewise.policy.sharewise import placement, replacement, rescue, srpt, urgent
-from sharewise.policy.sharewise.arrays import gpus_of, jobs_of, knobs_of, pairs_of, unsure_of
-from sharewise.policy.sharewise.params import PARAMS, Params, with_knobs
-from sharewise.policy.sharewise.sharing import release_times
-from sharewise.policy.sharewise.view import View, after, occupy
-from sharewise.policy.table import SlowdownTable
+from sharewise.engine.interface import ClusterState, Decision, Placement, Queue, as_decision
+from sharewise.engine.table import SlowdownTable
+from sharewise.policy.ours import placement, replacement, rescue, srpt, urgent
+from sharewise.policy.ours.arrays import gpus_of, jobs_of, knobs_of, pairs_of, unsure_of
+from sharewise.policy.ours.params import PARAMS, Params, with_knobs
+from sharewise.policy.ours.sharing import release_times
+from sharewise.policy.ours.view import View, after, occupy
 
 __all__ = ["PARAMS", "Params", "release_times", "sharewise"]
 

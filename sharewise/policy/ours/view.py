@@ -7,9 +7,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from sharewise.policy import transition
-from sharewise.policy.base import ClusterState, Placement, Queue, readonly
-from sharewise.policy.sharewise.arrays import Gpus, gpus_of
+from sharewise.engine import transition
+from sharewise.engine.interface import ClusterState, Placement, Queue, readonly
+from sharewise.policy.ours.arrays import Gpus, gpus_of
 
 
 class View(NamedTuple):

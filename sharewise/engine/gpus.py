@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from sharewise.policy._compiled import kernel
-from sharewise.policy._order import stable_order
+from sharewise.engine.compiled import kernel
+from sharewise.engine.order import stable_order
 
 
 @kernel

@@ -14,10 +14,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from sharewise.policy.base import ClusterState, Queue, readonly
-from sharewise.policy.sharewise.params import Params
-from sharewise.policy.sharewise.slo import pair_constants
-from sharewise.policy.table import SlowdownTable
+from sharewise.engine.interface import ClusterState, Queue, readonly
+from sharewise.engine.table import SlowdownTable
+from sharewise.policy.ours.params import Params
+from sharewise.policy.ours.slo import pair_constants
 
 # Cost that marks a forbidden (job, GPU) cell in the assignment; finite, as linear_sum_assignment requires.
 FORBIDDEN = 1e18

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from sharewise.policy._compiled import kernel
-from sharewise.policy._order import smallest
-from sharewise.policy.base import Placement, Queue
-from sharewise.policy.sharewise.arrays import Gpus, Jobs, Knobs, Waiting, waiting_of
-from sharewise.policy.sharewise.slo import slack, urgency_limit
-from sharewise.policy.sharewise.victims import may_wait, stop, take, victims_of
-from sharewise.policy.sharewise.view import View
+from sharewise.engine.compiled import kernel
+from sharewise.engine.interface import Placement, Queue
+from sharewise.engine.order import smallest
+from sharewise.policy.ours.arrays import Gpus, Jobs, Knobs, Waiting, waiting_of
+from sharewise.policy.ours.slo import slack, urgency_limit
+from sharewise.policy.ours.victims import may_wait, stop, take, victims_of
+from sharewise.policy.ours.view import View
 
 
 def preemptions(queue: Queue, start: list[Placement], stopped: list[int], view: View, jobs: Jobs, knobs: Knobs

@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from sharewise.engine.interface import FreeGpus
+from sharewise.engine.table import SlowdownTable
 from sharewise.errors import ConfigError
-from sharewise.policy.base import FreeGpus
-from sharewise.policy.jobs import ClusterLayout, normalize_cluster, normalize_queue
-from sharewise.policy.table import SlowdownTable
+from sharewise.planner.jobs import ClusterLayout, normalize_cluster, normalize_queue
 
 EXACT_MAX_VARIABLES = 20_000
 # Greedy fallback: partners kept per workload type (the best by gain), so memory stays linear in types.

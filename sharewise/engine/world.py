@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from sharewise.policy.loop import SchedulingLoop
+    from sharewise.engine.loop import SchedulingLoop
 
 
 @dataclass(frozen=True)

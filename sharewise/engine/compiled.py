@@ -1,8 +1,8 @@
-"""The decorator of the policies' compiled kernels: numba's ``njit`` (cached, without the GIL), every kernel's cache
-stamped with the sources of all kernel modules at once.
+"""The decorator of the compiled kernels (the engine's free-GPU rules, ours' mechanisms): numba's ``njit``
+(cached, without the GIL), every kernel's cache stamped with the sources of all kernel modules at once.
 
 numba keys a cached kernel to the source of its own file, but a kernel compiles in the kernels it calls from other
-files: edit the SLO budget in ``sharewise/slo.py`` and the cached kernels of ``sharing.py`` would go on using the
+files: edit the SLO budget in ``policy/ours/slo.py`` and the cached kernels of ``sharing.py`` would go on using the
 old one (seen: a trial change of the budget left ``savings`` unchanged until its cache was cleared). Stamped with
 all of ``SOURCES``, an edit of any of them compiles every kernel afresh on first use (15-20 s on 2 cores), as when
 the kernels were one file. A kernel in a module outside ``SOURCES`` is refused at import.
@@ -17,12 +17,14 @@ from pathlib import Path
 from numba import njit
 from numba.core import caching
 
-_HERE = Path(__file__).resolve().parent
-#: The modules that define kernels or the named tuples they take (``sharewise/arrays.py``).
+_PACKAGE = Path(__file__).resolve().parents[1]
+#: The modules that define kernels or the named tuples they take (``policy/ours/arrays.py``): the engine's free-GPU
+#: and ordering rules, which every policy may use, and ours' mechanisms. Named as files, not imported: the engine
+#: sits below the policies and never imports them.
 SOURCES = tuple(
-    [_HERE / "_order.py", _HERE / "_gpus.py"]
-    + [_HERE / "sharewise" / f"{m}.py" for m in ("arrays", "placement", "rescue", "sharing", "slo", "srpt", "urgent",
-                                                  "victims")]
+    [_PACKAGE / "engine" / "order.py", _PACKAGE / "engine" / "gpus.py"]
+    + [_PACKAGE / "policy" / "ours" / f"{m}.py" for m in ("arrays", "placement", "rescue", "sharing", "slo", "srpt",
+                                                          "urgent", "victims")]
 )
 
 

@@ -15,12 +15,12 @@ from typing import NamedTuple
 
 import numpy as np
 
-from sharewise.policy._compiled import kernel
-from sharewise.policy._gpus import fastest_block, lone_residents, pick_free_gpus
-from sharewise.policy._order import by_sensitivity, smallest, stable_order
-from sharewise.policy.base import Placement, Queue
-from sharewise.policy.sharewise.arrays import Gpus, Jobs, Knobs, Pairs, Waiting, waiting_of
-from sharewise.policy.sharewise.sharing import assign, offer
+from sharewise.engine.compiled import kernel
+from sharewise.engine.gpus import fastest_block, lone_residents, pick_free_gpus
+from sharewise.engine.interface import Placement, Queue
+from sharewise.engine.order import by_sensitivity, smallest, stable_order
+from sharewise.policy.ours.arrays import Gpus, Jobs, Knobs, Pairs, Waiting, waiting_of
+from sharewise.policy.ours.sharing import assign, offer
 
 
 class Placed(NamedTuple):

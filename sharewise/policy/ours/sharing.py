@@ -20,13 +20,13 @@ from __future__ import annotations
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from sharewise.policy._compiled import kernel
-from sharewise.policy._gpus import pick_free_gpus
-from sharewise.policy._order import select_smallest, stable_order
-from sharewise.policy.base import ClusterState, Placement
-from sharewise.policy.sharewise.arrays import FORBIDDEN, Waiting
-from sharewise.policy.sharewise.slo import budget, end_bound, joiner_budget, shared_ends
-from sharewise.policy.table import SlowdownTable
+from sharewise.engine.compiled import kernel
+from sharewise.engine.gpus import pick_free_gpus
+from sharewise.engine.interface import ClusterState, Placement
+from sharewise.engine.order import select_smallest, stable_order
+from sharewise.engine.table import SlowdownTable
+from sharewise.policy.ours.arrays import FORBIDDEN, Waiting
+from sharewise.policy.ours.slo import budget, end_bound, joiner_budget, shared_ends
 
 
 def release_times(cluster: ClusterState, table: SlowdownTable, m: int | None = None) -> np.ndarray:

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from sharewise.policy._gpus import effective_speed, fastest_block
-from sharewise.policy.base import ClusterState, Decision, Placement, Queue
+from sharewise.engine.gpus import effective_speed, fastest_block
+from sharewise.engine.interface import ClusterState, Decision, Placement, Queue
 
 
 def replace_lone_jobs(decision: Decision, queue: Queue, cluster: ClusterState) -> Decision:

@@ -48,9 +48,9 @@ import time
 import numpy as np
 
 from sharewise.datasets.pair import both_orders
-from sharewise.errors import InvalidPlacementError
-from sharewise.policy import transition
-from sharewise.policy.base import (
+from sharewise.engine import transition
+from sharewise.engine.cluster import Cluster
+from sharewise.engine.interface import (
     MAX_JOBS_PER_GPU,
     ClusterState,
     Policy,
@@ -59,10 +59,10 @@ from sharewise.policy.base import (
     check_placements,
     readonly,
 )
-from sharewise.policy.cluster import Cluster
-from sharewise.policy.result import SimulationResult
-from sharewise.policy.table import SlowdownTable
-from sharewise.policy.world import Observation, World
+from sharewise.engine.result import SimulationResult
+from sharewise.engine.table import SlowdownTable
+from sharewise.engine.world import Observation, World
+from sharewise.errors import InvalidPlacementError
 
 #: Job states of the loop.
 WAITING, QUEUED, RUNNING, DONE, FAILED = 0, 1, 2, 3, 4

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from sharewise.engine.table import SlowdownTable
 from sharewise.errors import ConfigError, TraceError
-from sharewise.policy.table import SlowdownTable
 
 QUEUE_COLUMNS = ("job_id", "workload")
 CLUSTER_COLUMNS = ("gpu",)

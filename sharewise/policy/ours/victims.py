@@ -16,9 +16,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from sharewise.policy._compiled import kernel
-from sharewise.policy._gpus import pick_free_gpus
-from sharewise.policy.sharewise.slo import slack, urgency_limit
+from sharewise.engine.compiled import kernel
+from sharewise.engine.gpus import pick_free_gpus
+from sharewise.policy.ours.slo import slack, urgency_limit
 
 
 class Victims(NamedTuple):

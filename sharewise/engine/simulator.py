@@ -20,11 +20,11 @@ import numpy as np
 from numba import njit
 
 from sharewise.datasets.traces import check_trace
+from sharewise.engine.cluster import Cluster, seeded_speeds  # noqa: F401 - re-exported for callers
+from sharewise.engine.interface import Policy
+from sharewise.engine.loop import DONE, Observation, SchedulingLoop, SimulationResult
+from sharewise.engine.table import SlowdownTable
 from sharewise.errors import ConfigError
-from sharewise.policy.base import Policy
-from sharewise.policy.cluster import Cluster, seeded_speeds  # noqa: F401 - re-exported for callers
-from sharewise.policy.loop import DONE, Observation, SchedulingLoop, SimulationResult
-from sharewise.policy.table import SlowdownTable
 
 if TYPE_CHECKING:
     from sharewise.datasets.traces import Trace

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sharewise.policy._compiled import kernel
+from sharewise.engine.compiled import kernel
 
 
 @kernel

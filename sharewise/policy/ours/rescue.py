@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from sharewise.policy._compiled import kernel
-from sharewise.policy.base import Placement, Queue, readonly
-from sharewise.policy.sharewise.arrays import Gpus, Jobs, Knobs, Pairs
-from sharewise.policy.sharewise.slo import calm, end_bound, shared_ends
-from sharewise.policy.sharewise.view import View
+from sharewise.engine.compiled import kernel
+from sharewise.engine.interface import Placement, Queue, readonly
+from sharewise.policy.ours.arrays import Gpus, Jobs, Knobs, Pairs
+from sharewise.policy.ours.slo import calm, end_bound, shared_ends
+from sharewise.policy.ours.view import View
 
 _NEVER = readonly(np.empty(0, dtype=np.float64))  # no GPU says when its pair formed: check every shared GPU
 

@@ -6,8 +6,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from sharewise.policy._gpus import lone_residents
-from sharewise.policy.base import (
+from sharewise.engine.gpus import lone_residents
+from sharewise.engine.interface import (
     ClusterState,
     Placement,
     Queue,
@@ -15,7 +15,7 @@ from sharewise.policy.base import (
     rest_in_order,
     smallest_first,
 )
-from sharewise.policy.table import SlowdownTable
+from sharewise.engine.table import SlowdownTable
 
 
 class SharingState:
