@@ -119,7 +119,7 @@ def prepare(data_root: Path, work: Path, philly_gpus: int, skip_philly: bool) ->
 
 def oof_predictions(data, work: Path, device: str, group_by: str) -> str:
     """Out-of-fold predictions of every shareable pair on ``device``, as ``sharewise simulate`` makes them."""
-    from sharewise.app.simulate import _candidates
+    from sharewise.app.simulate import prediction_candidates
     from sharewise.datasets.store import Dataset
     from sharewise.engine.table import SlowdownTable
     from sharewise.predictor import out_of_fold_predictions
@@ -128,7 +128,7 @@ def oof_predictions(data, work: Path, device: str, group_by: str) -> str:
     profiles, pairs = ds.read_profiles(), ds.read_pairs()
     truth = SlowdownTable.from_pairs(pairs, device_name=device)
     pred = out_of_fold_predictions(
-        profiles, pairs, group_by=group_by, candidates=_candidates(pairs, truth, device), holdout="self",
+        profiles, pairs, group_by=group_by, candidates=prediction_candidates(pairs, truth, device), holdout="self",
         calibrate=True,
     )
     path = work / f"oof_{Path(str(data)).name}_{device}.parquet"

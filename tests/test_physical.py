@@ -30,7 +30,8 @@ from sharewise.datasets.traces import TraceContext
 from sharewise.datasets.traces.generic import read_generic_csv, write_generic_csv
 from sharewise.engine import transition
 from sharewise.engine.cluster import Cluster
-from sharewise.engine.loop import DONE, QUEUED, SchedulingLoop, SimulationResult
+from sharewise.engine.loop import DONE, QUEUED, SchedulingLoop
+from sharewise.engine.result import RunResult
 from sharewise.engine.simulator import SimWorld, simulate
 from sharewise.engine.table import SlowdownTable
 from sharewise.errors import TraceError
@@ -139,9 +140,9 @@ def test_the_sitting_pools_pairings_in_either_order_weighted_by_time():
     assert Sitting.from_json(json.loads(json.dumps(s.to_json()))).pair("a", "b") == s.pair("a", "b")
 
 
-def _result(start, finish) -> SimulationResult:
+def _result(start, finish) -> RunResult:
     start, finish = np.array(start, dtype=float), np.array(finish, dtype=float)
-    return SimulationResult("p", np.zeros(len(start)), finish - start, start, finish, np.ones(len(start)), 0.0, 1, 2.0)
+    return RunResult("p", np.zeros(len(start)), finish - start, start, finish, np.ones(len(start)), 0.0, 1, 2.0)
 
 
 def test_the_comparison_says_where_a_run_and_its_simulation_part():

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from sharewise.app.figures import heatmap_png, jct_png, scatter_png
 from sharewise.datasets.traces.generic import write_generic_csv
 from sharewise.datasets.traces.synthetic import synthetic_trace
 from sharewise.errors import DatasetError
-from sharewise.figures import heatmap_png, jct_png, scatter_png
 
 
 @dataclass

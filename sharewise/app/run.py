@@ -45,8 +45,9 @@ from sharewise.app.run_inputs import (
 )
 from sharewise.datasets.store import Dataset, utc_now, write_json_atomic
 from sharewise.engine.cluster import Cluster
-from sharewise.engine.loop import DONE, FAILED, SchedulingLoop, SimulationResult
-from sharewise.policy import get_policy
+from sharewise.engine.loop import DONE, FAILED, SchedulingLoop
+from sharewise.engine.result import RunResult
+from sharewise.policy import get_policy, warm_up
 from sharewise.runtime.jobs import JobSpec
 from sharewise.runtime.slots import Layout
 from sharewise.runtime.world import RealWorld, Sitting
@@ -60,7 +61,7 @@ class PolicyRun:
     """One policy's physical run: the loop's result and what ``run.json`` records per job."""
 
     name: str
-    result: SimulationResult
+    result: RunResult
     jobs: list[dict]
     complete: bool
     wall_s: float
@@ -119,8 +120,17 @@ def run_policy(name: str, inputs: RunInputs, config: PhysicalConfig, out: Path, 
     def on_pair(spec_a: JobSpec, spec_b: JobSpec, values: dict) -> None:
         observed.write_pairs(pd.DataFrame([_observed_row(spec_a, spec_b, values, inputs, name)]))
 
+    state_path = folder / "state.json"
+
+    def save() -> None:
+        write_json_atomic(state_path, {"loop": loop.snapshot(), "world": world.snapshot(), "saved_at": utc_now()})
+        write_json_atomic(out / "sitting.json", sitting.to_json())
+        if progress is not None:
+            progress("event", policy=name, done=int(np.isin(loop.status, (DONE, FAILED)).sum()), total=loop.n,
+                     running=len(world.live), now=loop.last)
+
     world = RealWorld(inputs.specs, step_s, startup_s, inputs.layout, folder, sitting, on_pair=on_pair,
-                      launcher=launcher, extra_env=env, poll_s=config.poll_s)
+                      launcher=launcher, extra_env=env, poll_s=config.poll_s, on_event=save)
     loop = SchedulingLoop(
         arrival=np.asarray(inputs.trace.arrival, dtype=float), work=startup_s + steps * step_s,
         gpus=np.asarray(inputs.trace.gpus, dtype=np.int64), workload=inputs.table.ids([s.name for s in inputs.specs]),
@@ -128,21 +138,14 @@ def run_policy(name: str, inputs: RunInputs, config: PhysicalConfig, out: Path, 
         cluster=Cluster(n_gpus=inputs.layout.n_slots, gpus_per_node=inputs.layout.n_slots), slo=config.max_slowdown,
         name=name, observe=config.observe, round_s=config.round_s,
     )
-    state_path = folder / "state.json"
     if state_path.is_file():
-        _restore(loop, world, json.loads(state_path.read_text()))
-
-    def save() -> None:
-        write_json_atomic(state_path, {"loop": loop.snapshot(), "world": _world_state(world), "saved_at": utc_now()})
-        write_json_atomic(out / "sitting.json", sitting.to_json())
-        if progress is not None:
-            progress("event", policy=name, done=int(np.isin(loop.status, (DONE, FAILED)).sum()), total=loop.n,
-                     running=len(world.live), now=loop.last)
-
-    world.on_event = save
-    _warm_policy(name, inputs)
+        saved = json.loads(state_path.read_text())
+        loop.restore(saved["loop"])
+        world.restore(saved["world"])
+    # Compiled kernels load (or compile, on a first install) here, before the clock starts.
+    warm_up(get_policy(name), inputs.layout.n_slots, inputs.table)
     began = time.perf_counter()
-    world.t0 = time.time() - loop.last
+    world.begin(loop.last)
     try:
         result = loop.run()
     finally:
@@ -154,50 +157,10 @@ def run_policy(name: str, inputs: RunInputs, config: PhysicalConfig, out: Path, 
     return run
 
 
-def _warm_policy(name: str, inputs: RunInputs) -> None:
-    """Call the policy once on an empty cluster before the clock starts: compiled kernels load (or compile,
-    on a first install) here, not in the middle of the run."""
-    from sharewise.engine.interface import ClusterState, Queue
-
-    n = len(inputs.specs)
-    lay = inputs.layout
-    resident = np.full((lay.n_slots, 2), -1, dtype=np.int64)
-    state = ClusterState(resident=resident, node=np.zeros(lay.n_slots, dtype=np.int64), speed=np.ones(lay.n_slots),
-                         job_remaining=np.ones(n), job_workload=np.zeros(n, dtype=np.int64),
-                         job_ngpus=np.ones(n, dtype=np.int64), job_start=np.full(n, np.nan), job_work=np.ones(n),
-                         job_attained=np.zeros(n), job_arrival=np.zeros(n),
-                         occupied=np.zeros(lay.n_slots, dtype=np.int64), placed_at=np.full(lay.n_slots, np.nan))
-    queue = Queue(job=np.arange(1), arrival=np.zeros(1), gpus=np.ones(1, dtype=np.int64), remaining=np.ones(1),
-                  workload=np.zeros(1, dtype=np.int64), attained=np.zeros(1))
-    get_policy(name)(queue, state, inputs.table, 0.0)
-
-
-def _restore(loop: SchedulingLoop, world: RealWorld, state: dict) -> None:
-    loop.restore(state["loop"])
-    for j, rec in enumerate(world.jobs):
-        saved = state["world"]["jobs"][j]
-        rec.steps = int(saved["steps"])
-        rec.events = saved["events"]
-        rec.startups = saved["startups"]
-        rec.solo_steps, rec.solo_s = saved["solo_steps"], saved["solo_s"]
-        rec.exit = saved["exit"]
-        rec.last_step_t = math.nan if saved["last_step_t"] is None else saved["last_step_t"]
-        if loop.status[j] not in (DONE, FAILED):
-            loop.remaining[j] = max(rec.spec.steps - rec.steps, 0) * rec.step_s
-
-
-def _world_state(world: RealWorld) -> dict:
-    return {"jobs": [
-        {"steps": r.steps, "events": r.events, "startups": r.startups, "solo_steps": r.solo_steps, "solo_s": r.solo_s,
-         "exit": r.exit, "last_step_t": None if math.isnan(r.last_step_t) else r.last_step_t}
-        for r in world.jobs
-    ]}
-
-
 def _jobs_json(loop: SchedulingLoop, world: RealWorld, inputs: RunInputs) -> list[dict]:
     out = []
     status_name = {DONE: "done", FAILED: "failed"}
-    realized = (loop.finish - loop.start) * loop.eff_speed / loop.duration
+    realized = loop.realized_slowdown()
     for j, spec in enumerate(inputs.specs):
         rec = world.job_json(j)
         status = status_name.get(int(loop.status[j]), "unfinished")
@@ -330,7 +293,7 @@ def _load_run(path: Path, inputs: RunInputs) -> PolicyRun:
     def col(key):
         return np.array([math.nan if j[key] is None else j[key] for j in jobs], dtype=float)
 
-    result = SimulationResult(
+    result = RunResult(
         policy=data["policy"], arrival=col("arrival"), duration=col("work_s"), start=col("start"),
         finish=col("finish"), realized_slowdown=col("realized_slowdown"), busy_gpu_seconds=0.0,
         n_gpus=inputs.layout.n_slots, slo=math.nan, policy_calls=data.get("policy_calls", 0),

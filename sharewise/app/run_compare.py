@@ -10,7 +10,7 @@ import numpy as np
 from sharewise.app.run_inputs import PhysicalConfig, RunInputs, step_times
 from sharewise.datasets.traces import Trace
 from sharewise.engine.cluster import Cluster
-from sharewise.engine.loop import SimulationResult
+from sharewise.engine.result import RunResult
 from sharewise.engine.table import SlowdownTable
 from sharewise.policy import get_policy
 from sharewise.runtime.world import Sitting
@@ -53,7 +53,7 @@ def sitting_truth(inputs: RunInputs, sitting: Sitting) -> tuple[SlowdownTable, n
     return truth, np.array(exclusive), np.array(startup), notes
 
 
-def compare(inputs: RunInputs, config: PhysicalConfig, runs: dict[str, SimulationResult],
+def compare(inputs: RunInputs, config: PhysicalConfig, runs: dict[str, RunResult],
             sitting: Sitting) -> tuple[dict, list[str]]:
     """Simulate every run's trace and policy on the same slots with the sitting's truth; compare per policy.
 
@@ -108,7 +108,7 @@ def compare(inputs: RunInputs, config: PhysicalConfig, runs: dict[str, Simulatio
             for k, row in out.items()}, notes
 
 
-def divergence(phys: SimulationResult, sim: SimulationResult, job_ids, round_s: float | None) -> dict:
+def divergence(phys: RunResult, sim: RunResult, job_ids, round_s: float | None) -> dict:
     """Where a physical run and its simulation part: the jobs' own run times, their start order, and with
     rounds the jobs that ended in another round.
 

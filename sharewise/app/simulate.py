@@ -17,7 +17,8 @@ import pandas as pd
 from sharewise.datasets.tables import read_predictions
 from sharewise.datasets.traces import AUTO, TRACE_FORMATS, Trace, TraceContext, detect_format, load_trace
 from sharewise.datasets.variability import PAL_SEED, GpuVariability, read_class_mapping, read_variability
-from sharewise.engine.simulator import Cluster, SimulationResult, seeded_speeds, simulate
+from sharewise.engine.result import RunResult
+from sharewise.engine.simulator import Cluster, seeded_speeds, simulate
 from sharewise.engine.table import SlowdownTable
 from sharewise.errors import ConfigError, DatasetError, TraceError
 from sharewise.policy import event_driven_names, get_policy, policy_names
@@ -104,7 +105,7 @@ class SimulationReport:
     config: SimulationConfig
     n_jobs: int
     n_gpus: int
-    results: dict[str, SimulationResult]
+    results: dict[str, RunResult]
     view: str
     observe: bool = False
     notes: list[str] = field(default_factory=list)
@@ -190,7 +191,7 @@ def _prepare_unshared(config: SimulationConfig) -> SimulationInputs:
     return SimulationInputs(truth=truth, trace=trace, cluster=cluster, view=None, observe=False, notes=notes)
 
 
-def run_policy(name: str, inputs: SimulationInputs, config: SimulationConfig) -> SimulationResult:
+def run_policy(name: str, inputs: SimulationInputs, config: SimulationConfig) -> RunResult:
     """Simulate registered policy ``name`` on prepared inputs."""
     return simulate(
         inputs.trace,
@@ -211,7 +212,7 @@ def run_simulation(config: SimulationConfig) -> SimulationReport:
     Returns
     -------
     SimulationReport
-        ``results`` maps each policy name to its ``SimulationResult``; ``to_json()`` gives the CLI's JSON.
+        ``results`` maps each policy name to its ``RunResult``; ``to_json()`` gives the CLI's JSON.
     """
     # By default every policy defined for the run's scheduling: PAL's round-based artifact policies re-place
     # every running job at every call, which event-driven runs of a long trace cannot afford.
@@ -361,7 +362,7 @@ def policy_view(
         predictions = read_predictions(config.predictions)
         note = f"Policies see the predictions in {config.predictions}."
     else:
-        candidates = _candidates(pairs, truth, device)
+        candidates = prediction_candidates(pairs, truth, device)
         if config.model:
             from sharewise.predictor import SlowdownRegressor, predict_pairs
 
@@ -386,7 +387,7 @@ def policy_view(
     return view, note
 
 
-def _candidates(pairs: pd.DataFrame, truth: SlowdownTable, device: str) -> pd.DataFrame:
+def prediction_candidates(pairs: pd.DataFrame, truth: SlowdownTable, device: str) -> pd.DataFrame:
     """The pairs the policies may ever ask about: those the truth lets share, once per unordered pair."""
     i, j = np.nonzero(np.triu(truth.allowed))
     names = np.array(truth.workloads, dtype=object)

@@ -139,7 +139,7 @@ def simulate(
     report = run_simulation(config)
     out = err_console if as_json else console
     if plot is not None:
-        from sharewise.figures import plot_jct_cdf
+        from sharewise.app.figures import plot_jct_cdf
 
         path = plot_jct_cdf(report, plot)
         out.print(f"wrote {path}")

@@ -16,23 +16,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from sharewise.errors import ConfigError
 from sharewise.registry import Registry
 
-if TYPE_CHECKING:
-    from sharewise.deploy.plan import DeployPlan
-
 
 @dataclass(frozen=True)
 class Emitter:
-    """One deployment format: its name, a one-line summary, the file suffix, and how to write a plan in it."""
+    """One deployment format: its name, a one-line summary, the file suffix, and how to write a plan in it
+    (``emit(plan) -> text``, ``plan`` a ``deploy.plan.DeployPlan``: named, not imported, since that module
+    declares its own emitter with this class)."""
 
     name: str
     summary: str
     suffix: str
-    emit: Callable[[DeployPlan], str]
+    emit: Callable[..., str]
     needs_node: bool = False
 
 
@@ -50,8 +48,9 @@ EMITTERS: Registry[Emitter] = Registry(
 )
 
 
-def render(plan: DeployPlan, name: str) -> str:
-    """Return ``plan`` written in format ``name``; ``ConfigError`` if that format needs a node the plan lacks."""
+def render(plan, name: str) -> str:
+    """Return ``plan`` (a ``deploy.plan.DeployPlan``) written in format ``name``; ``ConfigError`` if that format
+    needs a node the plan lacks."""
     emitter = EMITTERS.get(EMITTERS.check(name))
     if emitter.needs_node:
         for placement in plan.placements:

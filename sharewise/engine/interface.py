@@ -83,6 +83,16 @@ class Queue:
     def __post_init__(self) -> None:
         _freeze(self)
 
+    @classmethod
+    def of_new_jobs(cls, n: int) -> Queue:
+        """``n`` jobs arrived at 0, one GPU each, of workload 0 and one second of work: a policy's first call.
+
+        >>> len(Queue.of_new_jobs(1))
+        1
+        """
+        return cls(job=np.arange(n), arrival=np.zeros(n), gpus=np.ones(n, dtype=np.int64), remaining=np.ones(n),
+                   workload=np.zeros(n, dtype=np.int64), attained=np.zeros(n))
+
 
 @dataclass(frozen=True)
 class ClusterState:
@@ -132,6 +142,15 @@ class ClusterState:
     @property
     def n_gpus(self) -> int:
         return int(self.resident.shape[0])
+
+    @classmethod
+    def idle(cls, n_gpus: int, n_jobs: int) -> ClusterState:
+        """``n_gpus`` empty GPUs of speed 1.0 on one node, for ``n_jobs`` jobs none of which runs yet."""
+        return cls(resident=np.full((n_gpus, 2), -1, dtype=np.int64), node=np.zeros(n_gpus, dtype=np.int64),
+                   speed=np.ones(n_gpus), job_remaining=np.ones(n_jobs), job_workload=np.zeros(n_jobs, dtype=np.int64),
+                   job_ngpus=np.ones(n_jobs, dtype=np.int64), job_start=np.full(n_jobs, np.nan),
+                   job_work=np.ones(n_jobs), job_attained=np.zeros(n_jobs), job_arrival=np.zeros(n_jobs),
+                   occupied=np.zeros(n_gpus, dtype=np.int64), placed_at=np.full(n_gpus, np.nan))
 
     def speed_of(self, job: int) -> np.ndarray:
         """Return the speed of every GPU for job ``job``: its class's row of ``class_speed``, else ``speed``."""

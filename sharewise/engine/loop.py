@@ -21,7 +21,7 @@ Semantics, stated once:
   seconds run) keeps counting across restarts.
 - **Cluster transitions.** Stops first, then starts (``transition``): a job leaving a GPU moves its partner
   to slot 0; a job placed takes the first empty slot. The policy's own view of the cluster after stops
-  (``sharewise.view``) uses the same functions.
+  (``policy.ours.steps``) uses the same functions.
 - **Re-placement and migration.** A job that one ``Decision`` both stops and starts again is re-placed, not
   preempted: if it gets exactly the same GPUs back it simply keeps running (no cost, nothing counted, the
   world not told); on other GPUs it **migrates**: the world restarts it there (the simulator charges
@@ -59,9 +59,9 @@ from sharewise.engine.interface import (
     check_placements,
     readonly,
 )
-from sharewise.engine.result import SimulationResult
+from sharewise.engine.result import RunResult
 from sharewise.engine.table import SlowdownTable
-from sharewise.engine.world import Observation, World
+from sharewise.engine.world import Jobs, Observation, World
 from sharewise.errors import InvalidPlacementError
 
 #: Job states of the loop.
@@ -99,7 +99,7 @@ class SchedulingLoop:
         self.preemptive = bool(getattr(policy, "preemptive", False))
         self.replaces = bool(getattr(policy, "replaces_running", False))
         self.shares = bool(getattr(policy, "shares_gpus", True))
-        self.view = table
+        self.table = table  # the policies' knowledge of interference, learning what the world observes
         self.world = world
         self.name = name
         self.slo = float(slo)
@@ -184,10 +184,16 @@ class SchedulingLoop:
         self.preemptions = 0
         self.migrations = 0
         self._replaced: dict[int, tuple[int, ...]] = {}  # jobs the current decision stopped -> their GPUs
-        world.bind(self)
+        self.jobs = Jobs(
+            ngpus=readonly(self.ngpus), workload=self.wl_list, status=readonly(self.status), gpus=self.job_gpus,
+            resident=readonly(self.resident), occupancy=readonly(self.occupancy), speed=readonly(self.speed),
+            class_speed=readonly(self.class_speed), job_class=self.job_class_list, cross=readonly(self.eff_cross),
+            observed=self.observed, remaining=self.remaining, attained=self.attained,
+        )
+        world.bind(self.jobs)
 
     # ---- the event loop ------------------------------------------------------------------------------
-    def run(self) -> SimulationResult:
+    def run(self) -> RunResult:
         world = self.world
         while True:
             t_arr = self.arrival[self.next_arrival] if self.next_arrival < self.n else math.inf
@@ -275,7 +281,7 @@ class SchedulingLoop:
         queue = self.queue
         q = self._queue_view(queue)
         self.calls += 1
-        decision = as_decision(self.policy(q, self.state, self.view, now))
+        decision = as_decision(self.policy(q, self.state, self.table, now))
         if decision.wake_at < math.inf:
             self.wake = max(float(decision.wake_at), now)
         again = {int(p.job): tuple(sorted(int(g) for g in p.gpus)) for p in decision.start} if decision.preempt else {}
@@ -287,7 +293,7 @@ class SchedulingLoop:
         if not decision.start:
             return bool(stopped)
         if self.validate:
-            check_placements(decision.start, q, self.state, self.view, self.name)
+            check_placements(decision.start, q, self.state, self.table, self.name)
         for p in decision.start:
             self._start(p, now, affected)
         self._replaced = {}
@@ -369,7 +375,7 @@ class SchedulingLoop:
         if self.observe:
             a = np.array([self.wl_list[o.a] for o in found], dtype=np.int64)
             b = np.array([self.wl_list[o.b] for o in found], dtype=np.int64)
-            self.view = learn(self.view, a, b, np.array([o.slowdown_a for o in found]),
+            self.table = learn(self.table, a, b, np.array([o.slowdown_a for o in found]),
                               np.array([o.slowdown_b for o in found]))
             self.observed.update(zip(a.tolist(), b.tolist(), strict=True))
             self.learned.extend((o_a, o_b, o.slowdown_a, o.slowdown_b)
@@ -423,7 +429,7 @@ class SchedulingLoop:
         learned = snap.get("learned", [])
         if learned and self.observe:
             a, b, s_ab, s_ba = (np.array(x) for x in zip(*learned, strict=True))
-            self.view = learn(self.view, a.astype(np.int64), b.astype(np.int64), s_ab, s_ba)
+            self.table = learn(self.table, a.astype(np.int64), b.astype(np.int64), s_ab, s_ba)
             self.learned = [tuple(x) for x in learned]
             self.observed.update(zip(a.tolist(), b.tolist(), strict=True))
             self.observed.update(zip(b.tolist(), a.tolist(), strict=True))
@@ -441,9 +447,14 @@ class SchedulingLoop:
                 "finish"
             )
 
-    def _result(self) -> SimulationResult:
-        realized = (self.finish - self.start) * self.eff_speed / self.duration
-        result = SimulationResult(
+    def realized_slowdown(self) -> np.ndarray:
+        """Each job's realized slowdown: (finish - first start) x the speed of its last GPUs / its exclusive run
+        time (NaN for a job that did not finish; time preempted counts against it)."""
+        return (self.finish - self.start) * self.eff_speed / self.duration
+
+    def _result(self) -> RunResult:
+        realized = self.realized_slowdown()
+        result = RunResult(
             policy=self.name,
             arrival=self.arrival,
             duration=self.duration,
@@ -478,4 +489,4 @@ def learn(view: SlowdownTable, a: np.ndarray, b: np.ndarray, s_ab: np.ndarray, s
     )
 
 
-__all__ = ["MAX_JOBS_PER_GPU", "Observation", "SchedulingLoop", "SimulationResult", "World", "learn"]
+__all__ = ["MAX_JOBS_PER_GPU", "Jobs", "Observation", "RunResult", "SchedulingLoop", "World", "learn"]

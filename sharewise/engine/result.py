@@ -10,8 +10,8 @@ from sharewise.stats import percentile
 
 
 @dataclass
-class SimulationResult:
-    """Per-job outcome of one policy run (arrays follow the trace order) and its metrics."""
+class RunResult:
+    """Per-job outcome of one policy run, simulated or physical (arrays follow the trace order), and its metrics."""
 
     policy: str
     arrival: np.ndarray
@@ -54,3 +54,7 @@ class SimulationResult:
             "preemptions": int(self.preemptions),
             "migrations": int(self.migrations),
         }
+
+
+#: The name this type had while only the simulator made it; kept for code that imports it (0.1.x), to be removed.
+SimulationResult = RunResult

@@ -22,14 +22,16 @@ from numba import njit
 from sharewise.datasets.traces import check_trace
 from sharewise.engine.cluster import Cluster, seeded_speeds  # noqa: F401 - re-exported for callers
 from sharewise.engine.interface import Policy
-from sharewise.engine.loop import DONE, Observation, SchedulingLoop, SimulationResult
+from sharewise.engine.loop import DONE, SchedulingLoop
+from sharewise.engine.result import RunResult
 from sharewise.engine.table import SlowdownTable
+from sharewise.engine.world import Jobs, Observation
 from sharewise.errors import ConfigError
 
 if TYPE_CHECKING:
     from sharewise.datasets.traces import Trace
 
-__all__ = ["Cluster", "SimWorld", "SimulationResult", "seeded_speeds", "simulate"]
+__all__ = ["Cluster", "RunResult", "SimWorld", "seeded_speeds", "simulate"]
 
 
 def simulate(
@@ -46,7 +48,7 @@ def simulate(
     round_s: float | None = None,
     job_speed: np.ndarray | None = None,
     move_cost: np.ndarray | None = None,
-) -> SimulationResult:
+) -> RunResult:
     """Replay ``trace`` on ``cluster`` under ``policy``; return per-job times and the metrics.
 
     Parameters
@@ -133,9 +135,9 @@ class SimWorld:
         self.heap: list[tuple[float, int, int]] = []
         self.found: list[Observation] = []
 
-    def bind(self, loop: SchedulingLoop) -> None:
-        self.loop = loop
-        n = loop.n
+    def bind(self, jobs: Jobs) -> None:
+        self.jobs = jobs
+        n = jobs.ngpus.shape[0]
         self.anchor_t = np.zeros(n)
         self.rate = np.zeros(n)
         self.version = [0] * n
@@ -152,76 +154,76 @@ class SimWorld:
 
     def finished(self, now: float) -> list[tuple[int, int]]:
         """Pop the jobs due now (a tolerance absorbs float error in remaining / rate)."""
-        heap, version, loop = self.heap, self.version, self.loop
+        heap, version, jobs = self.heap, self.version, self.jobs
         tol = 1e-9 * max(1.0, abs(now))
         done = []
         while heap and heap[0][0] <= now + tol:
             _, j, v = heapq.heappop(heap)
             if v != version[j]:
                 continue
-            loop.attained[j] += loop.ngpus[j] * (now - self.anchor_t[j])
-            loop.remaining[j] = 0.0
+            jobs.attained[j] += jobs.ngpus[j] * (now - self.anchor_t[j])
+            jobs.remaining[j] = 0.0
             self.rate[j] = 0.0
             version[j] += 1
             done.append((j, DONE))
         return done
 
     def refresh(self, now: float) -> None:
-        loop = self.loop
-        advance(loop.resident, float(now), self.anchor_t, loop.remaining, self.rate, loop.attained, loop.ngpus)
+        jobs = self.jobs
+        advance(jobs.resident, float(now), self.anchor_t, jobs.remaining, self.rate, jobs.attained, jobs.ngpus)
 
     def started(self, j: int, gpus: list[int], now: float, restart: bool) -> None:
-        loop = self.loop
+        jobs = self.jobs
         if restart:
             if self.move_cost is None:
-                loop.remaining[j] += self.preempt_delay
+                jobs.remaining[j] += self.preempt_delay
             elif self.last_gpus.get(j) != gpus:  # resumed in place costs nothing; a move restarts the job
-                loop.remaining[j] += self.move_cost[j]
+                jobs.remaining[j] += self.move_cost[j]
         self.anchor_t[j] = now
         if not self.observe:
             return
-        resident, wl = loop.resident, loop.wl_list
+        resident, wl = jobs.resident, jobs.workload
         for g in gpus:
             other = int(resident[g, 0])
             if other == j:
                 continue
             a, b = wl[j], wl[other]
-            if (a, b) not in loop.observed:
+            if (a, b) not in jobs.observed:
                 self.found.append(Observation(j, other, float(self.truth_p50[a, b]), float(self.truth_p50[b, a])))
 
     def stopped(self, j: int, now: float) -> None:
         self.rate[j] = 0.0
         self.version[j] += 1
         if self.move_cost is not None:
-            self.last_gpus[j] = list(self.loop.job_gpus[j])
+            self.last_gpus[j] = list(self.jobs.gpus[j])
 
     def rate_changed(self, j: int, now: float) -> None:
-        loop = self.loop
+        jobs = self.jobs
         dt = now - self.anchor_t[j]
-        loop.remaining[j] -= self.rate[j] * dt
-        loop.attained[j] += loop.ngpus[j] * dt
+        jobs.remaining[j] -= self.rate[j] * dt
+        jobs.attained[j] += jobs.ngpus[j] * dt
         self.anchor_t[j] = now
         r = self._job_rate(j)
         self.rate[j] = r
         self.version[j] += 1
-        heapq.heappush(self.heap, (now + max(loop.remaining[j], 0.0) / r, j, self.version[j]))
+        heapq.heappush(self.heap, (now + max(jobs.remaining[j], 0.0) / r, j, self.version[j]))
 
     def _job_rate(self, j: int) -> float:
         """Progress per second of job ``j``: its slowest GPU's speed (for its class) over its slowdown there."""
-        loop = self.loop
-        w = loop.wl_list[j]
-        resident, truth_p50, wl_list = loop.resident, self.truth_p50, loop.wl_list
-        speed = loop.speed if loop.job_class_list is None else loop.class_speed[loop.job_class_list[j]]
+        jobs = self.jobs
+        w = jobs.workload[j]
+        resident, truth_p50, wl_list = jobs.resident, self.truth_p50, jobs.workload
+        speed = jobs.speed if jobs.job_class is None else jobs.class_speed[jobs.job_class[j]]
         best = math.inf
-        for g in loop.job_gpus[j]:
+        for g in jobs.gpus[j]:
             a, b = resident[g, 0], resident[g, 1]
             o = int(b) if a == j else int(a)
             r = speed[g] if o < 0 else speed[g] / truth_p50[w, wl_list[o]]
             if r < best:
                 best = r
         if self.job_speed is not None:
-            return best / loop.eff_cross[j] * self.job_speed[j]
-        return best / loop.eff_cross[j]
+            return best / jobs.cross[j] * self.job_speed[j]
+        return best / jobs.cross[j]
 
     def observations(self) -> list[Observation]:
         found, self.found = self.found, []

@@ -1,13 +1,13 @@
-"""What the scheduling loop asks of the world behind it (``World``: the simulated one, ``simulator.SimWorld``, or
-a physical run's, ``sharewise.runtime.world.RealWorld``) and the measurements a world reports (``Observation``)."""
+"""What the scheduling loop asks of the world behind it (``World``: the simulated one, ``simulator.SimWorld``, or a
+physical run's, ``sharewise.runtime.world.RealWorld``), what a world may read and write of the loop's jobs
+(``Jobs``), and the measurements a world reports (``Observation``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from sharewise.engine.loop import SchedulingLoop
+import numpy as np
 
 
 @dataclass(frozen=True)
@@ -21,37 +21,75 @@ class Observation:
     slowdown_b: float
 
 
+@dataclass(frozen=True)
+class Jobs:
+    """The loop's jobs and GPUs as its world sees them, handed over once (``World.bind``).
+
+    The loop owns every array and keeps it current; the world reads the fields above ``remaining`` and never
+    writes them. ``remaining`` (each job's exclusive seconds of work left on a speed-1.0 GPU) and ``attained``
+    (GPU-seconds run) are the world's report of progress: it brings them up to date where the protocol says
+    (``refresh``, ``finished``, ``started``, ``stopped``, ``rate_changed``), and the loop reads them.
+
+    Example (two jobs, one GPU, job 0 running alone): ``Jobs(ngpus=[1, 1], workload=[0, 3], status=[2, 1],
+    gpus=[[0], []], resident=[[0, -1]], occupancy=[1], speed=[1.0], class_speed=[[1.0]], job_class=None,
+    cross=[1.0, 1.0], observed=set(), remaining=[40.0, 10.0], attained=[5.0, 0.0])``.
+    """
+
+    ngpus: np.ndarray  # GPUs each job asks for
+    workload: list[int]  # each job's workload id in the tables
+    status: np.ndarray  # the loop's job states (``loop.WAITING`` ... ``loop.FAILED``)
+    gpus: list[list[int]]  # the GPUs each running job holds (empty otherwise)
+    resident: np.ndarray  # (GPUs, 2): the jobs in each GPU's slots, -1 for none
+    occupancy: np.ndarray  # jobs on each GPU
+    speed: np.ndarray  # each GPU's speed factor
+    class_speed: np.ndarray  # (classes, GPUs): a job class's speed on each GPU (one row without variability)
+    job_class: list[int] | None  # each job's class, None without variability (read ``speed``)
+    cross: np.ndarray  # each running job's cross-node slowdown (1.0 within a node)
+    observed: set[tuple[int, int]]  # workload pairs the policies' table holds measured, both orders
+    remaining: np.ndarray  # reported by the world
+    attained: np.ndarray  # reported by the world
+
+    def speed_of(self, j: int) -> np.ndarray:
+        """The GPU speeds job ``j`` runs at: its class's, or every job's without variability."""
+        return self.speed if self.job_class is None else self.class_speed[self.job_class[j]]
+
+
 class World(Protocol):
     """What runs the jobs behind the loop. Times are seconds since the run began; job ids index the trace.
 
-    The loop owns the cluster slots, the queue and each job's ``remaining`` work (exclusive seconds on a
-    speed-1.0 GPU), ``attained`` service and status; the world moves time and progress forward.
+    The loop owns the cluster slots, the queue and each job's status; the world moves time forward and reports
+    what happened: the jobs that ended (``finished``), each job's progress (``Jobs.remaining`` and
+    ``Jobs.attained``, brought up to date as each method says) and the pairs it measured (``observations``).
     """
 
     def tolerance(self, now: float) -> float:
         """Two event times near ``now`` closer than this are the same instant (round boundaries)."""
 
-    def bind(self, loop: SchedulingLoop) -> None:
-        """Called once before the first event, with the loop whose arrays the world reads and updates."""
+    def bind(self, jobs: Jobs) -> None:
+        """Called once before the first event, with the loop's jobs (``Jobs``: what the world reads and reports)."""
 
     def advance(self, until: float) -> float:
         """Move time to the next event of the world (a job ends, a measurement arrives) or ``until``,
         whichever comes first; return the new time (``inf``: nothing will ever happen again)."""
 
     def finished(self, now: float) -> list[tuple[int, int]]:
-        """Return ``(job, DONE or FAILED)`` for the jobs that ended by ``now``, in the order they ended."""
+        """Return ``(job, DONE or FAILED)`` for the jobs that ended by ``now``, in the order they ended; their
+        ``remaining`` and ``attained`` are final."""
 
     def refresh(self, now: float) -> None:
-        """Bring ``loop.remaining`` and ``loop.attained`` of every running job up to ``now``."""
+        """Bring ``remaining`` and ``attained`` of every running job up to ``now``."""
 
     def started(self, job: int, gpus: list[int], now: float, restart: bool) -> None:
-        """Job ``job`` was placed on ``gpus`` (already in ``loop.resident``); ``restart``: it ran before."""
+        """Job ``job`` was placed on ``gpus`` (already in ``Jobs.resident``); ``restart``: it ran before. A start
+        that costs work (a restart's set-up) adds it to ``remaining``."""
 
     def stopped(self, job: int, now: float) -> None:
-        """Running job ``job`` is preempted (``loop.job_gpus[job]`` still names its GPUs; it leaves them next)."""
+        """Running job ``job`` is preempted (``Jobs.gpus[job]`` still names its GPUs; it leaves them next); its
+        ``remaining`` and ``attained`` are brought up to ``now``."""
 
     def rate_changed(self, job: int, now: float) -> None:
-        """Running job ``job`` got or lost a partner on one of its GPUs at ``now``."""
+        """Running job ``job`` got or lost a partner on one of its GPUs at ``now`` (its progress up to ``now``
+        goes into ``remaining`` and ``attained``)."""
 
     def observations(self) -> list[Observation]:
         """Measured slowdowns of sharing jobs since the last call (empty where nothing new was measured)."""

@@ -8,8 +8,13 @@ keyword arguments, bound with ``functools.partial``; nothing dispatches on a pol
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from sharewise.engine.interface import ClusterState, Decision, InvalidPlacementError, Placement, Policy, Queue
 from sharewise.registry import Registry
+
+if TYPE_CHECKING:
+    from sharewise.engine.table import SlowdownTable
 
 # name -> "module:attribute" inside this package, imported on first use; baselines first, ours last.
 REGISTRY: Registry[Policy] = Registry(
@@ -45,6 +50,7 @@ __all__ = [
     "event_driven_names",
     "get_policy",
     "policy_names",
+    "warm_up",
 ]
 
 
@@ -62,3 +68,9 @@ def event_driven_names() -> list[str]:
 def get_policy(name: str) -> Policy:
     """Return the policy function registered as ``name``; an unknown name lists the known ones."""
     return REGISTRY.get(name)
+
+
+def warm_up(policy: Policy, n_gpus: int, table: SlowdownTable) -> None:
+    """Call ``policy`` once on ``n_gpus`` idle GPUs with one job waiting (the result is dropped): its compiled
+    kernels load, or compile on a first install, now rather than at its first call in a run whose clock runs."""
+    policy(Queue.of_new_jobs(1), ClusterState.idle(n_gpus, 1), table, 0.0)

@@ -33,9 +33,9 @@ def main(argv: list[str] | None = None) -> int:
     pattern, program = re.compile(argv[0]), argv[2:]
     env = dict(os.environ)
     if env.get("SHAREWISE_DIE_WITH_PARENT") == "1":
-        from sharewise.profiler.worker import _die_with_parent
+        from sharewise.profiler.worker import die_with_parent
 
-        _die_with_parent()
+        die_with_parent()
     writer = progress.ProgressWriter.from_env(env)
     limit = int(env[progress.ENV_MAX_STEPS]) if env.get(progress.ENV_MAX_STEPS) else None
     env["SHAREWISE_NO_HOOK"] = "1"

@@ -37,7 +37,7 @@ import traceback
 from sharewise.stats import percentile
 
 
-def _is_oom(exc: BaseException) -> bool:
+def is_oom(exc: BaseException) -> bool:
     name = type(exc).__name__
     text = str(exc).lower()
     return (
@@ -204,7 +204,7 @@ def resident_bytes(device) -> float:
     return float(psutil.Process().memory_info().rss)
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """Ask Linux to SIGKILL this worker when its driver dies, so a killed campaign leaves no orphans."""
     try:
         import ctypes
@@ -257,7 +257,7 @@ def build(spec: dict):
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    _die_with_parent()
+    die_with_parent()
     if os.getppid() == 1:  # driver died before prctl took effect
         return 1
     spec = json.loads(argv[0])
@@ -308,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
         chan.send(event="bye")
         return 0
     except BaseException as exc:  # report everything: the driver records it with the pair
-        status = "oom" if _is_oom(exc) else "failed"
+        status = "oom" if is_oom(exc) else "failed"
         tb = traceback.format_exc(limit=-3)
         try:
             chan.send(event="error", status=status, error=f"{type(exc).__name__}: {exc}", traceback=tb)

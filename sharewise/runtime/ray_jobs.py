@@ -22,7 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from sharewise.errors import ConfigError
-from sharewise.profiler.executors.ray import _import_ray
+from sharewise.profiler.executors.ray import import_ray
 from sharewise.runtime.jobs import Exit, JobSpec
 from sharewise.runtime.slots import Layout
 
@@ -114,7 +114,7 @@ class RayLauncher:
     """
 
     def __init__(self, layout: Layout, address: str | None = None, env: dict[str, str] | None = None) -> None:
-        ray = self.ray = _import_ray()
+        ray = self.ray = import_ray()
         self.layout = layout
         self.env = dict(env or {})
         self.own = False
@@ -172,7 +172,7 @@ def cluster_layout(local: Layout, address: str | None) -> Layout:
     """The layout of a run on a Ray cluster: as many slots as the cluster advertises (else the local ones)."""
     if address is None:
         return local
-    ray = _import_ray()
+    ray = import_ray()
     if not ray.is_initialized():
         return local
     have = sorted(int(m.group(1)) for key in ray.cluster_resources() if (m := _SLOT.match(key)))

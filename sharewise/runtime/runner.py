@@ -23,9 +23,9 @@ FAILURE_MARK = "sharewise-job: "
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    from sharewise.profiler.worker import _die_with_parent, _is_oom, build, pin
+    from sharewise.profiler.worker import build, die_with_parent, is_oom, pin
 
-    _die_with_parent()
+    die_with_parent()
     spec = json.loads(argv[0])
     pin(spec.get("cores"))
     try:
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         os._exit(0)
     except BaseException as exc:  # one line the driver records with the job; the traceback goes above it
         traceback.print_exc(limit=-3)
-        status = "oom" if _is_oom(exc) else "failed"
+        status = "oom" if is_oom(exc) else "failed"
         print(f"{FAILURE_MARK}{status}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
         return 1
 

@@ -39,7 +39,8 @@ from pathlib import Path
 
 import numpy as np
 
-from sharewise.engine.loop import DONE, FAILED, RUNNING, Observation, SchedulingLoop
+from sharewise.engine.loop import DONE, FAILED, RUNNING
+from sharewise.engine.world import Jobs, Observation
 from sharewise.runtime.jobs import DONE_STATUS, JobSpec, LocalJob
 from sharewise.runtime.slots import Layout
 
@@ -207,6 +208,7 @@ class RealWorld:
         poll_s: float = POLL_S,
         min_steps: int = MIN_STEPS,
         min_s: float = MIN_S,
+        on_event=None,
     ) -> None:
         self.jobs = [JobRecord(spec, float(s), float(u)) for spec, s, u in zip(specs, step_s, startup_s, strict=True)]
         self.layout = layout
@@ -220,16 +222,49 @@ class RealWorld:
         self.min_steps = min_steps
         self.min_s = min_s
         self.t0 = time.time()
+        self._last = 0.0  # the time advance() returned last: the run's clock never goes back
         self._news: list[Observation] = []
         self._ended: list[tuple[int, int]] = []
         self.live: set[int] = set()  # jobs with a process
         self.pairings: dict[frozenset[int], Pairing] = {}  # open pairings by their two jobs
-        self.on_event = None  # called after every event the loop processed, and every few seconds (saves state)
+        self.on_event = on_event  # called after every event the loop processed, and every few seconds (saves state)
         self._saved = time.monotonic()
 
+    def begin(self, at: float = 0.0) -> None:
+        """Start the run's clock at ``at`` seconds (a resumed run goes on from where its loop stopped)."""
+        self.t0 = time.time() - at
+        self._last = at
+
+    # ---- saving and resuming ---------------------------------------------------------------------------
+    def snapshot(self) -> dict:
+        """What this world keeps of its jobs between two events, as JSON values (``restore`` takes it back).
+
+        Example: ``{"jobs": [{"steps": 120, "events": [...], "startups": [2.1], "solo_steps": 40, "solo_s": 1.3,
+        "exit": None, "last_step_t": 88.2}, ...]}``.
+        """
+        return {"jobs": [
+            {"steps": r.steps, "events": r.events, "startups": r.startups, "solo_steps": r.solo_steps,
+             "solo_s": r.solo_s, "exit": r.exit, "last_step_t": None if math.isnan(r.last_step_t) else r.last_step_t}
+            for r in self.jobs
+        ]}
+
+    def restore(self, state: dict) -> None:
+        """Take back ``snapshot()``'s records after the loop restored its own state: the steps each job made are
+        kept, and every job not finished reports the work its remaining steps hold (its process is gone)."""
+        jobs = self.loop_jobs
+        for j, (rec, saved) in enumerate(zip(self.jobs, state["jobs"], strict=True)):
+            rec.steps = int(saved["steps"])
+            rec.events = saved["events"]
+            rec.startups = saved["startups"]
+            rec.solo_steps, rec.solo_s = saved["solo_steps"], saved["solo_s"]
+            rec.exit = saved["exit"]
+            rec.last_step_t = math.nan if saved["last_step_t"] is None else saved["last_step_t"]
+            if jobs.status[j] not in (DONE, FAILED):
+                jobs.remaining[j] = max(rec.spec.steps - rec.steps, 0) * rec.step_s
+
     # ---- the World protocol ---------------------------------------------------------------------------
-    def bind(self, loop: SchedulingLoop) -> None:
-        self.loop = loop
+    def bind(self, jobs: Jobs) -> None:
+        self.loop_jobs = jobs
 
     def tolerance(self, now: float) -> float:
         return 2 * self.poll_s
@@ -245,8 +280,10 @@ class RealWorld:
             if time.monotonic() - self._saved >= SAVE_EVERY_S:
                 self._save()  # a long stretch without events: a stop then loses little
             if self._ended or self._news:
-                return max(now, self.loop.last)
+                self._last = max(now, self._last)
+                return self._last
             if now >= until:
+                self._last = now
                 return now
             if until == math.inf and not any(not self.jobs[j].proc.paused for j in self.live):
                 return math.inf
@@ -271,12 +308,12 @@ class RealWorld:
         return left
 
     def refresh(self, now: float) -> None:
-        loop = self.loop
+        jobs = self.loop_jobs
         for j in self.live:
             rec = self.jobs[j]
-            loop.remaining[j] = self.remaining(j, now)
-            if loop.status[j] == RUNNING:
-                loop.attained[j] += loop.ngpus[j] * (now - rec.anchor)
+            jobs.remaining[j] = self.remaining(j, now)
+            if jobs.status[j] == RUNNING:
+                jobs.attained[j] += jobs.ngpus[j] * (now - rec.anchor)
                 rec.anchor = now
 
     def started(self, j: int, gpus: list[int], now: float, restart: bool) -> None:
@@ -297,8 +334,8 @@ class RealWorld:
         rec.proc = self.launcher(rec.spec, rec.slots, rec.steps, self.dir / f"{_safe(rec.spec.job_id)}.progress",
                                  self.dir / f"{_safe(rec.spec.job_id)}.log")
         rec.spawned_at = now
-        rec.spawn_alone = all(self.loop.occupancy[g] == 1 for g in gpus)
-        self.loop.remaining[j] = self.remaining(j, now)  # a move pays its start-up again
+        rec.spawn_alone = all(self.loop_jobs.occupancy[g] == 1 for g in gpus)
+        self.loop_jobs.remaining[j] = self.remaining(j, now)  # a move pays its start-up again
         self.live.add(j)
         rec.events.append({"t": round(now, 3), "event": kind, "slots": list(gpus), "step": rec.steps})
 
@@ -307,15 +344,15 @@ class RealWorld:
         self._poll_job(j, now)
         rec.proc.pause()
         self._close(j, now)
-        self.loop.remaining[j] = self.remaining(j, now)
-        self.loop.attained[j] += self.loop.ngpus[j] * (now - rec.anchor)
+        self.loop_jobs.remaining[j] = self.remaining(j, now)
+        self.loop_jobs.attained[j] += self.loop_jobs.ngpus[j] * (now - rec.anchor)
         rec.events.append({"t": round(now, 3), "event": "pause", "step": rec.steps})
 
     def rate_changed(self, j: int, now: float) -> None:
         """Job ``j``'s situation changed: its segment ends and a new one begins (a pairing if one partner)."""
         self._close(j, now)
-        loop = self.loop
-        partners = frozenset(int(o) for g in loop.job_gpus[j] for o in loop.resident[g] if o >= 0 and o != j)
+        jobs = self.loop_jobs
+        partners = frozenset(int(o) for g in jobs.gpus[j] for o in jobs.resident[g] if o >= 0 and o != j)
         seg = self.jobs[j].segment = Segment(now, partners)
         if len(partners) != 1:
             return
@@ -331,7 +368,7 @@ class RealWorld:
         return news
 
     def pending(self) -> bool:
-        return any(self.loop.status[j] == RUNNING for j in self.live)
+        return any(self.loop_jobs.status[j] == RUNNING for j in self.live)
 
     # ---- polling -------------------------------------------------------------------------------------
     def _poll(self, now: float) -> None:

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from sharewise.profiler.config import RunConfig
 
 
-def _import_ray():
+def import_ray():
     try:
         import ray
     except ImportError:
@@ -83,7 +83,7 @@ class RayExecutor:
     @classmethod
     def check(cls, options: ExecutorOptions) -> None:
         """Fail before anything runs when Ray is not installed, with the install hint."""
-        _import_ray()
+        import_ray()
 
     def __init__(
         self,
@@ -92,7 +92,7 @@ class RayExecutor:
         extra_env: dict[str, str] | None = None,
         options: ExecutorOptions = ExecutorOptions(),  # noqa: B008 - frozen, so one shared default is safe
     ) -> None:
-        ray = _import_ray()
+        ray = import_ray()
         address, cpus_per_task = options.address, options.cpus_per_task
         self.ray = ray
         self.config = config

@@ -6,18 +6,14 @@ validation, worker placement and the campaign read the registry.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from sharewise.profiler.modes.base import (
     CoreAssignment,
+    ModeSettings,
     SharingMode,
     available_cores,
     worker_env,
 )
 from sharewise.registry import Registry
-
-if TYPE_CHECKING:
-    from sharewise.profiler.config import RunConfig
 
 __all__ = [
     "SHARING_MODES",
@@ -53,7 +49,7 @@ def modes_for(device_kind: str) -> list[str]:
     return [name for name, mode in SHARING_MODES.items() if mode.device_kind == device_kind]
 
 
-def placements(config: RunConfig, n_workers: int) -> list[CoreAssignment]:
+def placements(config: ModeSettings, n_workers: int) -> list[CoreAssignment]:
     """Return one core assignment per worker of a run under ``config.mode``.
 
     ``cpu``: every worker may use every core (the OS time-shares them). ``cpu-partition``: the cores are

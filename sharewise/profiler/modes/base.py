@@ -7,10 +7,16 @@ import os
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from sharewise.profiler.config import RunConfig
+
+class ModeSettings(Protocol):
+    """What a sharing mode reads of a run's settings: its device, mode and threads per process (``profiler.config.
+    RunConfig`` is one; the modes sit below the config, which checks a mode name against them)."""
+
+    device: str
+    mode: str
+    threads: int | None
 
 
 @dataclass(frozen=True)
@@ -22,7 +28,7 @@ class CoreAssignment:
 
 
 @contextlib.contextmanager
-def no_extra_env(config: RunConfig) -> Iterator[dict[str, str]]:
+def no_extra_env(config: ModeSettings) -> Iterator[dict[str, str]]:
     """The environment of modes that need no daemon: nothing added."""
     yield {}
 
@@ -56,8 +62,8 @@ class SharingMode:
     name: str
     device_kind: str
     summary: str
-    placements: Callable[[RunConfig, int], list[CoreAssignment]]
-    environment: Callable[[RunConfig], AbstractContextManager[dict[str, str]]] = no_extra_env
+    placements: Callable[[ModeSettings, int], list[CoreAssignment]]
+    environment: Callable[[ModeSettings], AbstractContextManager[dict[str, str]]] = no_extra_env
     solo_as: str | None = None
 
     @property
@@ -80,13 +86,13 @@ def available_cores() -> tuple[int, ...]:
         return tuple(range(os.cpu_count() or 1))
 
 
-def share_all_cores(config: RunConfig, n_workers: int) -> list[CoreAssignment]:
+def share_all_cores(config: ModeSettings, n_workers: int) -> list[CoreAssignment]:
     """Every worker on every core, each with as many threads as cores (or ``config.threads``)."""
     cores = available_cores()
     return [CoreAssignment(cores, config.threads or len(cores)) for _ in range(n_workers)]
 
 
-def split_threads(config: RunConfig, n_workers: int) -> list[CoreAssignment]:
+def split_threads(config: ModeSettings, n_workers: int) -> list[CoreAssignment]:
     """Every worker on every core for its host-side work, the threads split so they do not oversubscribe.
 
     The placement of the CUDA modes: the device is shared, the host's cores only feed it.

@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from sharewise.errors import ConfigError
-from sharewise.profiler.modes.base import CoreAssignment, SharingMode, available_cores
-
-if TYPE_CHECKING:
-    from sharewise.profiler.config import RunConfig
+from sharewise.profiler.modes.base import CoreAssignment, ModeSettings, SharingMode, available_cores
 
 
-def partition_cores(config: RunConfig, n_workers: int) -> list[CoreAssignment]:
+def partition_cores(config: ModeSettings, n_workers: int) -> list[CoreAssignment]:
     """Split the cores into disjoint equal parts, one per worker; a solo run gets the part a pair member would."""
     cores = available_cores()
     if n_workers <= 1:

@@ -11,13 +11,9 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from sharewise.errors import MPSUnavailableError
-from sharewise.profiler.modes.base import SharingMode, split_threads
-
-if TYPE_CHECKING:
-    from sharewise.profiler.config import RunConfig
+from sharewise.profiler.modes.base import ModeSettings, SharingMode, split_threads
 
 #: The MPS control binary; CUDA itself connects to the daemon it starts, through the control pipe.
 CONTROL_BINARY = "nvidia-cuda-mps-control"
@@ -232,7 +228,7 @@ def _daemon_processes(pipe_dir: str) -> list[int]:
 
 
 @contextlib.contextmanager
-def mps_environment(config: RunConfig) -> Iterator[dict[str, str]]:
+def mps_environment(config: ModeSettings) -> Iterator[dict[str, str]]:
     """Run the block with an MPS daemon (a running one, or one started here and stopped after).
 
     Yields the environment that makes worker processes its clients (``CUDA_MPS_PIPE_DIRECTORY``...);

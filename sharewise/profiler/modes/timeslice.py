@@ -5,18 +5,14 @@ from __future__ import annotations
 import contextlib
 import shutil
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
 from sharewise.errors import DeviceError
-from sharewise.profiler.modes.base import SharingMode, split_threads
+from sharewise.profiler.modes.base import ModeSettings, SharingMode, split_threads
 from sharewise.profiler.modes.mps import CONTROL_BINARY, daemon_answers, default_pipe_directory
-
-if TYPE_CHECKING:
-    from sharewise.profiler.config import RunConfig
 
 
 @contextlib.contextmanager
-def timeslice_environment(config: RunConfig) -> Iterator[dict[str, str]]:
+def timeslice_environment(config: ModeSettings) -> Iterator[dict[str, str]]:
     """Run the block with nothing added to the workers' environment, after checking that no MPS daemon serves them.
 
     CUDA makes every new context a client of an MPS daemon it finds on the pipe directory
