@@ -77,7 +77,7 @@ def run_setting(traces: list, variability, policies, migration_s: float = 0.0) -
         jct, migrations = [], []
         for config, inputs in traces:
             cluster = dataclasses.replace(inputs.cluster, variability=variability, preempt_delay_s=migration_s)
-            r = simulate(inputs.trace, policy, inputs.truth, inputs.view, cluster=cluster, slo=config.max_slowdown,
+            r = simulate(inputs.trace, policy, inputs.truth, inputs.table, cluster=cluster, slo=config.max_slowdown,
                          name=name, observe=inputs.observe, round_s=config.round_s)
             jct.append(r.metrics["avg_jct"])
             migrations.append(r.metrics["migrations"])

@@ -177,7 +177,7 @@ def run_cell(cell: Cell) -> dict:
     )
     for label, knobs in ablations:
         ablation = simulate(
-            inputs.trace, functools.partial(get_policy(OURS), **knobs), inputs.truth, inputs.view,
+            inputs.trace, functools.partial(get_policy(OURS), **knobs), inputs.truth, inputs.table,
             cluster=inputs.cluster, slo=config.max_slowdown, name=label, observe=inputs.observe,
         )
         out["ablations"][label] = ablation.metrics

@@ -55,7 +55,7 @@ def run_cell(cell: Cell) -> dict:
         r = run_policy(name, inputs, config)
         out[name] = fingerprint(r.start, r.finish)
     for label, knobs in ABLATIONS:
-        r = simulate(inputs.trace, functools.partial(get_policy(OURS), **knobs), inputs.truth, inputs.view,
+        r = simulate(inputs.trace, functools.partial(get_policy(OURS), **knobs), inputs.truth, inputs.table,
                      cluster=inputs.cluster, slo=config.max_slowdown, name=label, observe=inputs.observe)
         out[label] = fingerprint(r.start, r.finish)
     return out

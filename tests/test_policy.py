@@ -1064,11 +1064,11 @@ def _urgent_case(seed: int):
     from sharewise.policy.ours import urgent
     from sharewise.policy.ours.arrays import jobs_of, knobs_of
     from sharewise.policy.ours.params import PARAMS
-    from sharewise.policy.ours.view import View
+    from sharewise.policy.ours.stage import Stage
 
     queue, cluster, now = _random_preemption_state(seed)
     knobs = knobs_of(PARAMS, cluster, now, cluster.slo)
-    got = urgent.restarts(View.of(queue, cluster), jobs_of(cluster), knobs)
+    got = urgent.restarts(Stage.of(queue, cluster), jobs_of(cluster), knobs)
     return got, urgent_oracle(queue, cluster, now, cluster.slo, PARAMS.urgency, PARAMS.slack_share,
                               PARAMS.tolerance_s)
 

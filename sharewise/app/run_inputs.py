@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sharewise.app.simulate import SimulationConfig, check_run_options, policy_view
+from sharewise.app.simulate import SimulationConfig, check_run_options, policies_table
 from sharewise.datasets.store import open_dataset, write_json_atomic
 from sharewise.datasets.traces import AUTO, Trace, TraceContext, load_trace
 from sharewise.engine.table import SlowdownTable
@@ -35,7 +35,7 @@ class PhysicalConfig:
 
     ``data`` holds the measured pairs (and solo profiles) the policies know; ``device``/``slots``/``mode``
     the devices (``slots``: equal CPU core sets, default one holding every core); ``oracle``, ``predictions``
-    and ``model`` choose the policies' view as in ``simulate`` (default: out-of-fold predictions with
+    and ``model`` choose the policies' table as in ``simulate`` (default: out-of-fold predictions with
     calibrated intervals, plus what the run observes); ``calibrate_s`` the seconds of each workload's solo
     calibration (0: none, the dataset's throughputs are the unit of work); ``compare_sim`` simulates the
     same runs for the comparison.
@@ -86,7 +86,7 @@ class RunInputs:
     specs: list[JobSpec]
     layout: Layout
     device: str  # the dataset's device the policies' knowledge comes from
-    table: SlowdownTable  # the policies' view over ``names``
+    table: SlowdownTable  # what the policies know of interference, over ``names``
     truth: SlowdownTable  # the dataset's measured pairs over ``names``
     names: list[str]
     throughput: dict[str, float]  # the dataset's solo steps/s per workload on ``device``
@@ -120,14 +120,14 @@ def prepare(config: PhysicalConfig) -> RunInputs:
     allowed, note = _memory_rule(prof, known, lay)
     notes.append(note)
     truth = truth.restricted(allowed)
-    view, view_note = _view(config, profiles, pairs, truth, device)
-    notes.append(view_note)
+    table, table_note = _policies_table(config, profiles, pairs, truth, device)
+    notes.append(table_note)
     unknown = sorted(set(names) - set(SlowdownTable.from_pairs(pairs, device_name=device).workloads))
     if unknown:
         notes.append(f"workload(s) {unknown} have no measured pairs on {device!r}: they never share until the run "
                      "observes them")
-    return RunInputs(trace, specs, lay, device, view, truth, known, throughput, notes,
-                     "oracle" if config.oracle else view.source)
+    return RunInputs(trace, specs, lay, device, table, truth, known, throughput, notes,
+                     "oracle" if config.oracle else table.source)
 
 
 def _knowledge_device(config: PhysicalConfig, pairs: pd.DataFrame, lay: Layout) -> tuple[str, list[str]]:
@@ -225,15 +225,16 @@ def _memory_rule(prof: pd.DataFrame, names: list[str], lay: Layout) -> tuple[np.
                      "may not share")
 
 
-def _view(config: PhysicalConfig, profiles, pairs, truth: SlowdownTable, device: str) -> tuple[SlowdownTable, str]:
+def _policies_table(config: PhysicalConfig, profiles, pairs, truth: SlowdownTable,
+                    device: str) -> tuple[SlowdownTable, str]:
     """The policies' table, as ``simulate`` makes it (the same options and default)."""
     sim = SimulationConfig(trace=config.trace, data=config.data, oracle=config.oracle,
                            predictions=config.predictions, model=config.model, group_by=config.group_by,
                            max_slowdown=config.max_slowdown)
-    view, note = policy_view(sim, profiles, pairs, truth, device)
-    if view is None:
+    table, note = policies_table(sim, profiles, pairs, truth, device)
+    if table is None:
         return truth, note
-    return view.aligned(truth.workloads).restricted(truth.allowed), note
+    return table.aligned(truth.workloads).restricted(truth.allowed), note
 
 
 # ---- calibrating -------------------------------------------------------------------------------------

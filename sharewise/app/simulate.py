@@ -88,7 +88,7 @@ class SimulationConfig:
 
 
 def check_run_options(config) -> None:
-    """The checks ``simulate`` and ``run`` share: the SLO, at most one source of the policies' view, rounds.
+    """The checks ``simulate`` and ``run`` share: the SLO, at most one source of the policies' table, rounds.
     ``config`` has ``max_slowdown``, ``oracle``, ``predictions``, ``model`` and ``round_s``."""
     if not (math.isfinite(config.max_slowdown) and config.max_slowdown >= 1.0):
         raise ConfigError(f"--max-slowdown must be a number >= 1.0, got {config.max_slowdown}")
@@ -133,12 +133,13 @@ class SimulationReport:
 
 @dataclass
 class SimulationInputs:
-    """What every policy of one ``simulate`` run shares: truth, trace, cluster, the policies' view, notes."""
+    """What every policy of one ``simulate`` run shares: truth, trace, cluster, the policies' table (None: they
+    see the truth), notes."""
 
     truth: SlowdownTable
     trace: Trace
     cluster: Cluster
-    view: SlowdownTable | None
+    table: SlowdownTable | None
     observe: bool
     notes: list[str]
 
@@ -159,9 +160,9 @@ def prepare(config: SimulationConfig) -> SimulationInputs:
     trace = _load_trace(config, profiles, truth, device)
     notes.extend(trace.notes)
     cluster = _cluster(config, trace, notes)
-    view, view_note = policy_view(config, profiles, pairs, truth, device)
-    notes.append(view_note)
-    observe = config.observe and view is not None
+    table, table_note = policies_table(config, profiles, pairs, truth, device)
+    notes.append(table_note)
+    observe = config.observe and table is not None
     if observe:
         notes.append(
             "Observe: once two workloads have run side by side, policies see their measured slowdowns "
@@ -174,7 +175,7 @@ def prepare(config: SimulationConfig) -> SimulationInputs:
         "memory; "
         f"SLO: realized slowdown <= {config.max_slowdown:g}."
     )
-    return SimulationInputs(truth=truth, trace=trace, cluster=cluster, view=view, observe=observe, notes=notes)
+    return SimulationInputs(truth=truth, trace=trace, cluster=cluster, table=table, observe=observe, notes=notes)
 
 
 def _prepare_unshared(config: SimulationConfig) -> SimulationInputs:
@@ -188,7 +189,7 @@ def _prepare_unshared(config: SimulationConfig) -> SimulationInputs:
     cluster = _cluster(config, trace, notes)
     if config.round_s:
         notes.append(f"Rounds: policies start jobs only every {config.round_s:g} s.")
-    return SimulationInputs(truth=truth, trace=trace, cluster=cluster, view=None, observe=False, notes=notes)
+    return SimulationInputs(truth=truth, trace=trace, cluster=cluster, table=None, observe=False, notes=notes)
 
 
 def run_policy(name: str, inputs: SimulationInputs, config: SimulationConfig) -> RunResult:
@@ -197,7 +198,7 @@ def run_policy(name: str, inputs: SimulationInputs, config: SimulationConfig) ->
         inputs.trace,
         get_policy(name),
         inputs.truth,
-        inputs.view,
+        inputs.table,
         cluster=inputs.cluster,
         slo=config.max_slowdown,
         name=name,
@@ -226,7 +227,7 @@ def run_simulation(config: SimulationConfig) -> SimulationReport:
         n_jobs=len(inputs.trace),
         n_gpus=inputs.cluster.n_gpus,
         results=results,
-        view="oracle" if inputs.view is None else inputs.view.source,
+        view="oracle" if inputs.table is None else inputs.table.source,
         observe=inputs.observe,
         notes=inputs.notes,
     )
@@ -346,7 +347,7 @@ def pm_score_speeds(data: str, n_gpus: int) -> tuple[float, ...]:
     return tuple(float(values[g % values.shape[0]]) for g in range(n_gpus))
 
 
-def policy_view(
+def policies_table(
     config: SimulationConfig,
     profiles: pd.DataFrame,
     pairs: pd.DataFrame,
@@ -355,7 +356,7 @@ def policy_view(
 ) -> tuple[SlowdownTable | None, str]:
     """The table the policies see and a note saying what it is: ``None`` for the truth (``oracle``), else the
     predictions of ``config.predictions`` or ``config.model``, or out-of-fold predictions with calibrated
-    intervals (the default); ``simulate`` and ``run`` both take their view from here."""
+    intervals (the default); ``simulate`` and ``run`` both take the policies' table from here."""
     if config.oracle:
         return None, "Oracle: policies see the measured slowdowns."
     if config.predictions:
@@ -383,8 +384,8 @@ def policy_view(
             )
     if "device_name" in predictions.columns and (predictions["device_name"].astype(str) == device).any():
         predictions = predictions[predictions["device_name"].astype(str) == device]
-    view = SlowdownTable.from_predictions(predictions, device_name=None, workloads=truth.workloads)
-    return view, note
+    table = SlowdownTable.from_predictions(predictions, device_name=None, workloads=truth.workloads)
+    return table, note
 
 
 def prediction_candidates(pairs: pd.DataFrame, truth: SlowdownTable, device: str) -> pd.DataFrame:

@@ -21,7 +21,7 @@ Semantics, stated once:
   seconds run) keeps counting across restarts.
 - **Cluster transitions.** Stops first, then starts (``transition``): a job leaving a GPU moves its partner
   to slot 0; a job placed takes the first empty slot. The policy's own view of the cluster after stops
-  (``policy.ours.steps``) uses the same functions.
+  (``policy.ours.stage``) uses the same functions.
 - **Re-placement and migration.** A job that one ``Decision`` both stops and starts again is re-placed, not
   preempted: if it gets exactly the same GPUs back it simply keeps running (no cost, nothing counted, the
   world not told); on other GPUs it **migrates**: the world restarts it there (the simulator charges

@@ -1,7 +1,7 @@
 """The one cluster transition: jobs leave their GPUs (stops, completions), then jobs take GPUs (starts).
 
 Shared by the scheduling loop (``loop``), which applies a policy's decision, and by a policy that pictures
-the cluster after its own stops (``sharewise.view``), so the two can never disagree on who sits where: a job
+the cluster after its own stops (``policy.ours.stage``), so the two can never disagree on who sits where: a job
 leaving a GPU moves its partner, if any, to slot 0; a job placed on a GPU takes its first empty slot.
 ``resident[g]`` holds up to two job ids (``-1`` marks an empty slot), ``occupancy[g]`` their number.
 """

@@ -27,7 +27,7 @@ from sharewise.policy.ours import placement, replacement, rescue, srpt, urgent
 from sharewise.policy.ours.arrays import gpus_of, jobs_of, knobs_of, pairs_of, unsure_of
 from sharewise.policy.ours.params import PARAMS, Params, with_knobs
 from sharewise.policy.ours.sharing import release_times
-from sharewise.policy.ours.view import View, after, occupy
+from sharewise.policy.ours.stage import Stage, after, occupy
 
 __all__ = ["PARAMS", "Params", "release_times", "sharewise"]
 
@@ -52,17 +52,17 @@ def sharewise(
     if not p.preempt:
         decision = placement.place(queue, gpus_of(cluster), jobs, pairs, k)
     else:
-        view = View.of(queue, cluster)
-        paused = rescue.pauses(view, jobs, pairs, k) if p.rescue else []
-        view = after(view, [], paused)
-        restarted, stopped, wake = urgent.restarts(view, jobs, k)
-        view = after(view, restarted, stopped)
-        placed = placement.place(view.queue, view.gpus, jobs, pairs, k) if len(view.queue) else []
-        if p.rescue and rescue.recheck(placed, view, queue, unsure_of(table), pairs.n):
+        stage = Stage.of(queue, cluster)
+        paused = rescue.pauses(stage, jobs, pairs, k) if p.rescue else []
+        stage = after(stage, [], paused)
+        restarted, stopped, wake = urgent.restarts(stage, jobs, k)
+        stage = after(stage, restarted, stopped)
+        placed = placement.place(stage.queue, stage.gpus, jobs, pairs, k) if len(stage.queue) else []
+        if p.rescue and rescue.recheck(placed, stage, queue, unsure_of(table), pairs.n):
             wake = min(wake, now + p.tolerance_s)  # at the next call the cluster has seen the new pair run
-        occupy(view.occupancy, placed)
+        occupy(stage.occupancy, placed)
         start = restarted + placed
-        taken, victims = srpt.preemptions(queue, start, paused + stopped, view, jobs, k)
+        taken, victims = srpt.preemptions(queue, start, paused + stopped, stage, jobs, k)
         decision = Decision(start=start + taken, preempt=tuple(paused + stopped + victims),
                             wake_at=max(wake, now + p.tolerance_s))
     if p.replace or (p.replace is None and cluster.preempt_delay_s == 0 and cluster.class_speed is not None):

@@ -118,7 +118,7 @@ def waiting_of(queue: Queue) -> Waiting:
 
 @functools.lru_cache(maxsize=16)
 def pairs_of(table: SlowdownTable, slo_quantile: str, quantile: str) -> Pairs:
-    """The pair table at the two quantiles (cached per table: the view changes only when a pair is observed)."""
+    """The pair table at the two quantiles (cached per table: the table changes only when a pair is observed)."""
     ok, q, _, extra = pair_constants(table.allowed, getattr(table, slo_quantile))
     _, gain, stretch, _ = pair_constants(table.allowed, getattr(table, quantile))
     return Pairs(len(table), table.allowed, table.p50, ok, q, extra, gain, stretch, slo_quantile == quantile)

@@ -19,23 +19,23 @@ from sharewise.engine.compiled import kernel
 from sharewise.engine.interface import Placement, Queue, readonly
 from sharewise.policy.ours.arrays import Gpus, Jobs, Knobs, Pairs
 from sharewise.policy.ours.slo import calm, end_bound, shared_ends
-from sharewise.policy.ours.view import View
+from sharewise.policy.ours.stage import Stage
 
 _NEVER = readonly(np.empty(0, dtype=np.float64))  # no GPU says when its pair formed: check every shared GPU
 
 
-def pauses(view: View, jobs: Jobs, pairs: Pairs, knobs: Knobs) -> list[int]:
-    """The jobs of ``view``'s cluster to pause (``rescue_kernel`` states the rule), e.g. ``[7]``."""
-    placed_at = view.cluster.placed_at if view.cluster.placed_at is not None else _NEVER
-    out = rescue_kernel(placed_at, pairs.q, pairs.n, tuple(view.gpus), tuple(jobs), tuple(knobs))
+def pauses(stage: Stage, jobs: Jobs, pairs: Pairs, knobs: Knobs) -> list[int]:
+    """The jobs of ``stage``'s cluster to pause (``rescue_kernel`` states the rule), e.g. ``[7]``."""
+    placed_at = stage.cluster.placed_at if stage.cluster.placed_at is not None else _NEVER
+    out = rescue_kernel(placed_at, pairs.q, pairs.n, tuple(stage.gpus), tuple(jobs), tuple(knobs))
     return out.tolist() if out.shape[0] else []
 
 
-def recheck(placed: list[Placement], view: View, queue: Queue, unsure: np.ndarray, n: int) -> bool:
-    """Whether one of ``placed`` (in order, on ``view`` as it was before them; ``queue`` holds them) joins a
+def recheck(placed: list[Placement], stage: Stage, queue: Queue, unsure: np.ndarray, n: int) -> bool:
+    """Whether one of ``placed`` (in order, on ``stage`` as it was before them; ``queue`` holds them) joins a
     resident with whom its slowdowns are predicted, not measured (``unsure``, flattened per pair of ``n``
     workloads): then the policy asks to be woken to check the pair once the cluster has seen it run."""
-    occupancy, cluster = view.occupancy, view.cluster
+    occupancy, cluster = stage.occupancy, stage.cluster
     earlier: set[int] = set()  # GPUs that jobs placed before this one took
     for p in placed:
         shared = [g for g in p.gpus if occupancy[g] or g in earlier]

@@ -22,20 +22,20 @@ from sharewise.engine.interface import Placement, Queue
 from sharewise.engine.order import smallest
 from sharewise.policy.ours.arrays import Gpus, Jobs, Knobs, Waiting, waiting_of
 from sharewise.policy.ours.slo import slack, urgency_limit
+from sharewise.policy.ours.stage import Stage
 from sharewise.policy.ours.victims import may_wait, stop, take, victims_of
-from sharewise.policy.ours.view import View
 
 
-def preemptions(queue: Queue, start: list[Placement], stopped: list[int], view: View, jobs: Jobs, knobs: Knobs
+def preemptions(queue: Queue, start: list[Placement], stopped: list[int], stage: Stage, jobs: Jobs, knobs: Knobs
                 ) -> tuple[list[Placement], list[int]]:
     """The jobs of ``queue`` that ``start`` leaves waiting and that start on victims' GPUs, and the victims, on
-    the cluster of ``view`` with the occupancy this call left (jobs started or ``stopped`` in this call are no
+    the cluster of ``stage`` with the occupancy this call left (jobs started or ``stopped`` in this call are no
     victims), e.g. ``([Placement(7, (3,))], [2])``."""
     if len(start) == len(queue):
         return [], []
     started = np.array([p.job for p in start], dtype=np.int64)
     stopped_ = np.array(stopped, dtype=np.int64)
-    rows, gpus, victims = srpt_kernel(view.occupancy, started, stopped_, tuple(view.gpus), tuple(jobs),
+    rows, gpus, victims = srpt_kernel(stage.occupancy, started, stopped_, tuple(stage.gpus), tuple(jobs),
                                       tuple(waiting_of(queue)), tuple(knobs))
     taken = [Placement(int(queue.job[i]), tuple(row[: int(queue.gpus[i])]))
              for i, row in zip(rows.tolist(), gpus.tolist(), strict=True)]

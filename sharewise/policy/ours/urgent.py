@@ -18,18 +18,18 @@ from sharewise.engine.interface import Placement
 from sharewise.engine.order import stable_order
 from sharewise.policy.ours.arrays import Gpus, Jobs, Knobs, Waiting, waiting_of
 from sharewise.policy.ours.slo import slack, urgency_limit
+from sharewise.policy.ours.stage import Stage
 from sharewise.policy.ours.victims import may_wait, stop, take, victims_of
-from sharewise.policy.ours.view import View
 
 
-def restarts(view: View, jobs: Jobs, knobs: Knobs) -> tuple[list[Placement], list[int], float]:
-    """The urgent jobs of ``view.queue`` that restart now, the victims they stop, and when to wake for the next
+def restarts(stage: Stage, jobs: Jobs, knobs: Knobs) -> tuple[list[Placement], list[int], float]:
+    """The urgent jobs of ``stage.queue`` that restart now, the victims they stop, and when to wake for the next
     (``inf``: no other preempted job waits), e.g. ``([Placement(4, (2,))], [9], 7200.0)``."""
-    queue = view.queue
+    queue = stage.queue
     urgent, wake = urgent_jobs(queue.job, queue.remaining, jobs.start, jobs.work, tuple(knobs))
     if urgent.shape[0] == 0:  # most calls: the victims are not even looked at
         return [], [], float(wake)
-    started, rows, stopped = restarts_kernel(urgent, tuple(view.gpus), tuple(jobs), tuple(waiting_of(queue)),
+    started, rows, stopped = restarts_kernel(urgent, tuple(stage.gpus), tuple(jobs), tuple(waiting_of(queue)),
                                              tuple(knobs))
     start = [Placement(int(queue.job[i]), tuple(row[: int(queue.gpus[i])]))
              for i, row in zip(started.tolist(), rows.tolist(), strict=True)]

@@ -12,7 +12,7 @@ from sharewise.engine.interface import ClusterState, Placement, Queue, readonly
 from sharewise.policy.ours.arrays import Gpus, gpus_of
 
 
-class View(NamedTuple):
+class Stage(NamedTuple):
     """The queue, the cluster (and its GPUs as the kernels take them), and a copy of its occupancy the call may
     change (jobs placed in this call)."""
 
@@ -22,18 +22,18 @@ class View(NamedTuple):
     occupancy: np.ndarray
 
     @classmethod
-    def of(cls, queue: Queue, cluster: ClusterState) -> View:
+    def of(cls, queue: Queue, cluster: ClusterState) -> Stage:
         return cls(queue, cluster, gpus_of(cluster), cluster.occupancy())
 
 
-def after(view: View, start: list[Placement], stopped: list[int]) -> View:
-    """``view`` once ``stopped`` left their GPUs and ``start`` took theirs (the loop's own ``transition``: stops,
-    then starts), the started jobs out of the queue; ``view`` itself where nothing changes."""
+def after(stage: Stage, start: list[Placement], stopped: list[int]) -> Stage:
+    """``stage`` once ``stopped`` left their GPUs and ``start`` took theirs (the loop's own ``transition``: stops,
+    then starts), the started jobs out of the queue; ``stage`` itself where nothing changes."""
     if not start and not stopped:
-        return view
-    cluster, queue = view.cluster, view.queue
+        return stage
+    cluster, queue = stage.cluster, stage.queue
     resident = np.array(cluster.resident, copy=True)
-    occ = view.occupancy.copy()
+    occ = stage.occupancy.copy()
     for j in stopped:
         transition.vacate(resident, occ, j, transition.gpus_of(resident, j))
     for p in start:
@@ -43,7 +43,7 @@ def after(view: View, start: list[Placement], stopped: list[int]) -> View:
     fields = {f.name: getattr(queue, f.name) for f in dataclasses.fields(queue)}
     queue = Queue(**{k: (readonly(np.asarray(v)[keep]) if v is not None else None) for k, v in fields.items()})
     cluster = dataclasses.replace(cluster, resident=readonly(resident), occupied=readonly(occ))
-    return View(queue, cluster, gpus_of(cluster), occ)
+    return Stage(queue, cluster, gpus_of(cluster), occ)
 
 
 def occupy(occupancy: np.ndarray, placed: list[Placement]) -> None:
