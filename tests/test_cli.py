@@ -169,3 +169,14 @@ def test_print_json_writes_what_any_parser_reads(capsys):
     print_json(long)
     out = capsys.readouterr().out
     assert out.count("\n") == 1 and json.loads(out) == long  # large: one compact line
+
+
+def test_simulate_and_run_declare_their_shared_options_once():
+    # One declaration (cli/options.py) serves both: the same flags, defaults and help in each command.
+    group = typer.main.get_command(app)
+    params = {cmd: {p.name: p for p in group.commands[cmd].params} for cmd in ("simulate", "run")}
+    shared = ["device_name", "max_slowdown", "round_s", "oracle", "observe", "predictions", "model", "group_by",
+              "trace_format"]
+    for name in shared:
+        a, b = params["simulate"][name], params["run"][name]
+        assert (a.opts, a.secondary_opts, a.default, a.help) == (b.opts, b.secondary_opts, b.default, b.help), name

@@ -7,9 +7,8 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
+from sharewise.cli import options
 from sharewise.cli.common import console, err_console, one_of, print_json
-from sharewise.cli.predictor import GROUP_BY
-from sharewise.datasets.traces import AUTO, TRACE_FORMATS
 from sharewise.policy import REGISTRY as POLICIES
 
 
@@ -54,34 +53,20 @@ def simulate(
     ),
     gpus: int = typer.Option(160, "--gpus", help="GPUs in the simulated cluster."),
     gpus_per_node: int = typer.Option(8, "--gpus-per-node", help="GPUs per node."),
-    device_name: str = typer.Option(
-        None, "--device-name", help="Whose measurements are the truth when the data holds several devices."
-    ),
+    device_name: str = options.DEVICE_NAME,
     mode: str = typer.Option(None, "--mode", help="Sharing mode of the measurements, if several."),
-    oracle: bool = typer.Option(False, "--oracle", help="Show the policies the measured slowdowns."),
-    observe: bool = typer.Option(
-        True,
-        "--observe/--no-observe",
-        help="Policies learn a pair's measured slowdown once it has run together (default), as a cluster does.",
-    ),
-    round_s: float = typer.Option(
-        None, "--round-s", help="Start jobs only at multiples of this many seconds (Gavel uses 360 s rounds)."
-    ),
+    oracle: bool = options.ORACLE,
+    observe: bool = options.OBSERVE,
+    round_s: float = options.ROUND_S,
     preempt_delay: float = typer.Option(
         0.0,
         "--preempt-delay",
         help="Seconds a preempted job loses when it restarts, and a job moved to other GPUs (migration cost).",
     ),
-    predictions: Path = typer.Option(
-        None, "--predictions", help="CSV/Parquet of predictions to show the policies instead."
-    ),
-    model: Path = typer.Option(None, "--model", help="Saved model.json whose predictions the policies see."),
-    group_by: str = typer.Option(
-        "family",
-        "--group-by",
-        help=one_of("Out-of-fold predictions hold out this group", GROUP_BY),
-    ),
-    max_slowdown: float = typer.Option(2.0, "--max-slowdown", help="SLO on a job's realized slowdown."),
+    predictions: Path = options.PREDICTIONS,
+    model: Path = options.MODEL,
+    group_by: str = options.GROUP_BY_OPTION,
+    max_slowdown: float = options.MAX_SLOWDOWN,
     seed: int = typer.Option(0, "--seed", help="Seed of the Philly workload draw and of --speed-sigma."),
     speed_sigma: float = typer.Option(
         0.0, "--speed-sigma", help="Seeded log-normal spread of GPU speed factors (0: all 1.0)."
@@ -100,7 +85,7 @@ def simulate(
     cross_node_slowdown: float = typer.Option(
         1.0, "--cross-node-slowdown", help="Slowdown of a job whose GPUs span nodes (1.0: none)."
     ),
-    trace_format: str = typer.Option(AUTO, "--format", help=one_of("Trace format", (AUTO, *TRACE_FORMATS.names()))),
+    trace_format: str = options.TRACE_FORMAT,
     max_jobs: int = typer.Option(None, "--max-jobs", help="Simulate only the first N jobs."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object; notes go to stderr."),
     plot: Path = typer.Option(None, "--plot", help="Folder to write the JCT CDF of every policy (PNG)."),

@@ -7,9 +7,8 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
+from sharewise.cli import options
 from sharewise.cli.common import console, err_console, one_of, print_json
-from sharewise.cli.predictor import GROUP_BY
-from sharewise.datasets.traces import AUTO, TRACE_FORMATS
 from sharewise.policy import REGISTRY as POLICIES
 
 
@@ -30,21 +29,15 @@ def run(
         None, "--slots", help="CPU only: split the cores into this many equal slots, each standing for a GPU."
     ),
     mode: str = typer.Option(None, "--mode", help="CUDA sharing mode: timeslice (default) or mps."),
-    device_name: str = typer.Option(
-        None, "--device-name", help="Whose pairs the policies know when the data holds several devices."
-    ),
+    device_name: str = options.DEVICE_NAME,
     size: str = typer.Option("small", "--size", help="Size of built-in workloads: tiny, small or full."),
-    max_slowdown: float = typer.Option(2.0, "--max-slowdown", help="SLO on a job's realized slowdown."),
-    round_s: float = typer.Option(None, "--round-s", help="Start jobs only at multiples of this many seconds."),
-    oracle: bool = typer.Option(False, "--oracle", help="Show the policies the dataset's measured slowdowns."),
-    observe: bool = typer.Option(
-        True, "--observe/--no-observe", help="Policies learn a pair's slowdowns as the run measures them."
-    ),
-    predictions: Path = typer.Option(None, "--predictions", help="CSV/Parquet of predictions to show instead."),
-    model: Path = typer.Option(None, "--model", help="Saved model.json whose predictions the policies see."),
-    group_by: str = typer.Option(
-        "family", "--group-by", help=one_of("Out-of-fold predictions hold out this group", GROUP_BY)
-    ),
+    max_slowdown: float = options.MAX_SLOWDOWN,
+    round_s: float = options.ROUND_S,
+    oracle: bool = options.ORACLE,
+    observe: bool = options.OBSERVE,
+    predictions: Path = options.PREDICTIONS,
+    model: Path = options.MODEL,
+    group_by: str = options.GROUP_BY_OPTION,
     calibrate: float = typer.Option(
         6.0, "--calibrate", help="Seconds each workload runs alone first, for this sitting's step times (0: off)."
     ),
@@ -53,7 +46,7 @@ def run(
     ),
     executor: str = typer.Option("local", "--executor", help="local, or ray (each job a Ray actor on its slot)."),
     address: str = typer.Option(None, "--address", help="Ray cluster address (with --executor ray)."),
-    trace_format: str = typer.Option(AUTO, "--format", help=one_of("Trace format", (AUTO, *TRACE_FORMATS.names()))),
+    trace_format: str = options.TRACE_FORMAT,
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object; progress and notes go to stderr."),
 ):
     """Run a trace's jobs for real under each policy in turn: start, pause, resume and finish them on the local
