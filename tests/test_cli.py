@@ -173,6 +173,8 @@ def test_print_json_writes_what_any_parser_reads(capsys):
 
 def test_simulate_and_run_declare_their_shared_options_once():
     # One declaration (cli/options.py) serves both: the same flags, defaults and help in each command.
+    import typer
+
     group = typer.main.get_command(app)
     params = {cmd: {p.name: p for p in group.commands[cmd].params} for cmd in ("simulate", "run")}
     shared = ["device_name", "max_slowdown", "round_s", "oracle", "observe", "predictions", "model", "group_by",
