@@ -228,3 +228,22 @@ def test_reference_h200_is_a_dataset_by_name(capsys):
     assert run_cli(["evaluate", "reference-h200", "--group-by", "workload", "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["n_groups"] == 8 and 0 < summary["model"]["mape"] < 100
+
+
+def test_both_kinds_of_worker_are_one_protocol():
+    # Issue 38: a built-in workload's process and a training command's share one driver-side protocol.
+    import inspect
+    import re
+    import typing
+
+    from sharewise.profiler.blackbox import CommandWorker
+    from sharewise.profiler.session import Worker, WorkerProcess
+
+    members = [n for n in vars(WorkerProcess) if not n.startswith("_")]
+    fields = list(typing.get_type_hints(WorkerProcess, include_extras=False, localns={"CoreAssignment": object}))
+    assert {"send", "recv", "close", "kill", "pid", "alive", "mem_bytes", "request_exit"} <= set(members)
+    for cls in (Worker, CommandWorker):
+        missing = [m for m in members if not hasattr(cls, m)]
+        init = inspect.getsource(cls.__init__)
+        missing += [f for f in fields if not re.search(rf"self\.{f}\b\s*(:[^=\n]*)?=", init) and not hasattr(cls, f)]
+        assert not missing, f"{cls.__name__} lacks {missing} of WorkerProcess"

@@ -224,8 +224,8 @@ def test_util_sum_is_not_applicable_without_a_utilization_column(data):
 
 def test_the_cli_reads_option_names_without_sklearn_or_xgboost():
     code = (
-        "import sys, json; import sharewise.cli.predictor as p, sharewise.cli.policy as q; "
-        "assert q.GROUP_BY == p.GROUP_BY; "
+        "import sys, json; import sharewise.cli.predictor as p, sharewise.cli.policy, sharewise.cli.options as o; "
+        "assert o.GROUP_BY == p.GROUP_BY; "
         "print(json.dumps(sorted(m for m in ('sklearn', 'xgboost', 'scipy') if m in sys.modules)))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)

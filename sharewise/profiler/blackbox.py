@@ -40,7 +40,6 @@ import socket
 import tempfile
 import threading
 import time
-from typing import Any
 
 from sharewise.errors import SharewiseError
 from sharewise.profiler.commands import CommandSpec, launch, parse_command
@@ -50,7 +49,7 @@ from sharewise.profiler.hostload import process_tree_cpu_seconds
 from sharewise.profiler.job_process import cuda_visible, job_memory_bytes, output_tail
 from sharewise.profiler.modes import CoreAssignment
 from sharewise.profiler.progress import ProgressReader
-from sharewise.profiler.session import WorkerFailed
+from sharewise.profiler.session import WorkerFailed, WorkerProcess
 from sharewise.profiler.taxonomy import CATEGORIES
 from sharewise.profiler.worker import step_time_settled, summarize_window
 
@@ -107,7 +106,7 @@ class _Closed(Exception):
 
 
 class CommandWorker:
-    """A command job with the driver-side interface of ``session.Worker`` (see the module docstring).
+    """A command job as a ``session.WorkerProcess``, as ``session.Worker`` is one (see the module docstring).
 
     Parameters are those of ``Worker``: the spec (a command spec), the run's config, the placement
     (cores and threads), the sharing mode's environment and the start's deadline (``time.monotonic()``).
@@ -507,7 +506,7 @@ def start_worker(
     assignment: CoreAssignment,
     extra_env: dict[str, str] | None = None,
     deadline: float | None = None,
-) -> Any:
+) -> WorkerProcess:
     """A ``CommandWorker`` for a command spec, a ``session.Worker`` for any other (the pool's one constructor)."""
     from sharewise.profiler.commands import is_command_spec
     from sharewise.profiler.session import Worker

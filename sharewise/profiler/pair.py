@@ -14,7 +14,7 @@ from sharewise.profiler.config import RunConfig, device_kind
 from sharewise.profiler.hostload import wait_until_idle
 from sharewise.profiler.modes import CoreAssignment, placements
 from sharewise.profiler.pool import WorkerPool
-from sharewise.profiler.session import RepeatResult, Worker, WorkerFailed, run_round
+from sharewise.profiler.session import RepeatResult, WorkerFailed, WorkerProcess, run_round
 
 #: Steps (and at least this many seconds) a warm worker runs, next to its partner, before a pair's first
 #: window: it waited idle since its last run, and its first steps after a wait pay for cold caches.
@@ -187,7 +187,7 @@ def _measure(task: PairTask, config: RunConfig, pool: WorkerPool, places, device
     """The repeats of one attempt; raises ``WorkerFailed`` after killing the workers involved."""
     kept: list[RepeatResult] = []
     retries = 0
-    workers: list[Worker] = []
+    workers: list[WorkerProcess] = []
     info: list[dict] = []
     places = pair_placements(pool, task, places)
     try:
@@ -224,7 +224,7 @@ def _measure(task: PairTask, config: RunConfig, pool: WorkerPool, places, device
     return row
 
 
-def _rewarm(workers: list[Worker], config: RunConfig) -> None:
+def _rewarm(workers: list[WorkerProcess], config: RunConfig) -> None:
     """A few steps of every worker, together, after its wait; raises ``WorkerFailed``."""
     timeout = min(config.timeout_s, 30 + 6 * max(w.info["step_ms"] for w in workers) * REWARM_STEPS / 1e3)
     for w in workers:

@@ -18,7 +18,7 @@ from sharewise.profiler.blackbox import start_worker
 from sharewise.profiler.config import RunConfig, device_kind
 from sharewise.profiler.device import FIRST_START_BYTES, device_memory
 from sharewise.profiler.modes import CoreAssignment
-from sharewise.profiler.session import Worker, WorkerFailed
+from sharewise.profiler.session import WorkerFailed, WorkerProcess
 
 #: Share of the device's memory that resident workers may hold together.
 RESIDENT_SHARE = 0.85
@@ -52,8 +52,8 @@ class WorkerPool:
         self.extra_env = extra_env
         self.reuse = reuse
         self._memory = memory or (lambda: device_memory(config.device))
-        self.idle: list[Worker] = []
-        self.busy: list[Worker] = []
+        self.idle: list[WorkerProcess] = []
+        self.busy: list[WorkerProcess] = []
         self.footprint: dict[str, float] = {}  # spec -> bytes its last worker reported
         self.started = 0
         self.reused = 0
@@ -66,7 +66,7 @@ class WorkerPool:
         self.close()
 
     # -- getting and returning workers ------------------------------------------------------------------
-    def acquire(self, specs: Sequence[str], assignments: Sequence[CoreAssignment]) -> list[Worker]:
+    def acquire(self, specs: Sequence[str], assignments: Sequence[CoreAssignment]) -> list[WorkerProcess]:
         """Return one ready worker per ``(spec, assignment)``, distinct, starting the missing ones together.
 
         Raises ``WorkerFailed`` (its ``spec`` names the workload) when a start fails; the workers started
@@ -75,7 +75,7 @@ class WorkerPool:
         """
         if len(specs) != len(assignments):
             raise ValueError(f"acquire: {len(specs)} specs but {len(assignments)} assignments")
-        chosen: list[Worker | None] = [None] * len(specs)
+        chosen: list[WorkerProcess | None] = [None] * len(specs)
         self._drop_dead()
         if self.reuse:
             for i, (spec, place) in enumerate(zip(specs, assignments, strict=True)):
@@ -119,7 +119,7 @@ class WorkerPool:
         self.release(started)
         return len(started)
 
-    def release(self, workers: Sequence[Worker]) -> None:
+    def release(self, workers: Sequence[WorkerProcess]) -> None:
         """Hand workers back: idle and resident (warm), or ended (fresh, or a worker that died)."""
         gone = []
         for w in workers:
@@ -132,7 +132,7 @@ class WorkerPool:
                 gone.append(w)
         self._end(gone)
 
-    def discard(self, workers: Sequence[Worker]) -> None:
+    def discard(self, workers: Sequence[WorkerProcess]) -> None:
         """Kill workers after a fault (a hung one ignores a polite exit): they are never reused."""
         for w in workers:
             if w in self.busy:
@@ -165,7 +165,7 @@ class WorkerPool:
         self._end(everyone)
 
     # -- internals --------------------------------------------------------------------------------------
-    def _end(self, workers: Sequence[Worker]) -> None:
+    def _end(self, workers: Sequence[WorkerProcess]) -> None:
         # CUDA workers exit politely, so their contexts are torn down in order (an MPS server tolerates a
         # killed client, but there is no need to make it); CPU workers are killed: it is instant.
         _close_all(workers, polite=device_kind(self.config.device) == "cuda")
@@ -193,7 +193,7 @@ class WorkerPool:
             self.evicted += 1
             self._end([victim])
 
-    def _start(self, specs: Sequence[str], assignments: Sequence[CoreAssignment]) -> list[Worker]:
+    def _start(self, specs: Sequence[str], assignments: Sequence[CoreAssignment]) -> list[WorkerProcess]:
         if not specs:
             return []
         for attempt in (0, 1):
@@ -206,7 +206,7 @@ class WorkerPool:
                 self.evict_idle()  # resident idle workers may be what left too little memory
         raise AssertionError("unreachable")
 
-    def _start_once(self, specs: Sequence[str], assignments: Sequence[CoreAssignment]) -> list[Worker]:
+    def _start_once(self, specs: Sequence[str], assignments: Sequence[CoreAssignment]) -> list[WorkerProcess]:
         cfg = self.config
         deadline = time.monotonic() + cfg.timeout_s
         workers = [start_worker(s, cfg, a, self.extra_env, deadline) for s, a in zip(specs, assignments, strict=True)]
@@ -225,7 +225,7 @@ class WorkerPool:
         return workers
 
 
-def _close_all(workers: Sequence[Worker], polite: bool = True) -> None:
+def _close_all(workers: Sequence[WorkerProcess], polite: bool = True) -> None:
     """End workers: ask all to exit, then wait for each (a torch process takes most of a second to exit);
     or, not ``polite``, kill them at once: a CPU worker holds nothing that its exit would free."""
     for w in workers:

@@ -16,6 +16,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from sharewise.profiler.config import SETTLE_TOLERANCE, RunConfig
 from sharewise.profiler.hostload import ForeignCpuMeter
@@ -53,8 +54,48 @@ class Window:
     cpu_s: float = 0.0
 
 
+class WorkerProcess(Protocol):
+    """The driver's side of a job's process: a built-in or file workload's (``Worker``, stepping on command) or a
+    training command's (``blackbox.CommandWorker``, stepping on its own, paused and resumed from outside). Pools,
+    profiles, the probe, pairs and campaigns use only this.
+
+    Life cycle: made by ``blackbox.start_worker`` (launched; ``deadline`` bounds its start) -> ``recv("ready")``
+    sets ``info`` and ``ready`` -> ``send`` a command and ``recv`` its answer (``measure`` -> ``measured``,
+    ``warm`` -> ``warmed``, ``features`` -> ``features``; the protocol of ``worker``) as often as needed ->
+    ``request_exit`` then ``close``, or ``kill`` after a fault. A failure is a ``WorkerFailed`` from ``recv``.
+    """
+
+    spec: str
+    assignment: CoreAssignment
+    cores: tuple[int, ...]
+    info: dict
+    ready: bool
+    deadline: float | None
+    last_used: float
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def alive(self) -> bool: ...
+
+    @property
+    def mem_bytes(self) -> float: ...
+
+    def send(self, **msg) -> None: ...
+
+    def recv(self, expect: str, timeout: float) -> dict: ...
+
+    def request_exit(self) -> None: ...
+
+    def close(self, timeout: float = 10.0) -> None: ...
+
+    def kill(self) -> None: ...
+
+
 class Worker:
-    """One workload in its own fresh process (its own session, so the whole tree can be killed)."""
+    """One workload in its own fresh process (its own session, so the whole tree can be killed); a
+    ``WorkerProcess``."""
 
     def __init__(
         self,
@@ -241,7 +282,7 @@ def common_window(config: RunConfig, step_ms: list[float]) -> float:
 
 
 def measure_together(
-    workers: list[Worker], window_s: float, min_steps: int, tail: bool = False, timeout: float | None = None
+    workers: list[WorkerProcess], window_s: float, min_steps: int, tail: bool = False, timeout: float | None = None
 ) -> tuple[list[Window], float]:
     """Start ``workers`` on one shared absolute start time; return their windows and the foreign CPU share.
 
@@ -270,7 +311,9 @@ def measure_together(
     return windows, foreign
 
 
-def run_round(workers: list[Worker], config: RunConfig, index: int, timeout: float | None = None) -> RepeatResult:
+def run_round(
+    workers: list[WorkerProcess], config: RunConfig, index: int, timeout: float | None = None
+) -> RepeatResult:
     """Run one repeat of a pair on ready workers: each alone, then both over one shared window.
 
     Odd repeats run the windows in mirrored order (shared window first, then the solo windows from the

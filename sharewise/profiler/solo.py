@@ -19,7 +19,7 @@ from sharewise.profiler.modes import SHARING_MODES, placements
 from sharewise.profiler.pair import cv
 from sharewise.profiler.pool import WorkerPool
 from sharewise.profiler.probe import PROBE_SPEC
-from sharewise.profiler.session import Window, Worker, WorkerFailed, common_window, measure_together
+from sharewise.profiler.session import Window, WorkerFailed, WorkerProcess, common_window, measure_together
 from sharewise.profiler.workloads import workload_name
 
 #: Spread over repeats (CV) of a profile's throughput or probe sensitivity above which it counts as noisy.
@@ -79,7 +79,7 @@ def profile_workload(task: ProfileTask, config: RunConfig, jobs: WorkerPool, pro
     return row
 
 
-def _features(job: Worker, task: ProfileTask, config: RunConfig) -> dict | None:
+def _features(job: WorkerProcess, task: ProfileTask, config: RunConfig) -> dict | None:
     """The job's features: the cached ones when there are, else computed in the job (then cached); None when
     there are none and ``config.features`` is off. The one place the feature cache is read and written.
 
@@ -117,7 +117,7 @@ def _repeats(task: ProfileTask, config, jobs: WorkerPool, probe):
     (place,) = placements(config, 1)
     windows: list[Window] = []
     features, info = None, {}
-    job: Worker | None = None
+    job: WorkerProcess | None = None
     n_repeats = config.repeats
     try:
         r = 0
@@ -187,7 +187,7 @@ def profile_repeats(config: RunConfig, step_ms: float, probe_step_ms: float | No
     return min(config.repeats, max(MIN_PROFILE_REPEATS, fits))
 
 
-def _start(spec: str, place, jobs: WorkerPool, probe) -> Worker:
+def _start(spec: str, place, jobs: WorkerPool, probe) -> WorkerProcess:
     """Start (or take a warm) job process, and the probe's beside it, so their start-ups overlap."""
     if probe is None or probe.worker is not None or probe.error is not None:
         return jobs.acquire([spec], [place])[0]
@@ -262,7 +262,7 @@ class _ProbeRun:
         self.config = config
         self.pool = pool
         self.place = placements(config, 2)[1]
-        self.worker: Worker | None = None
+        self.worker: WorkerProcess | None = None
         self.alone: list[float] = []
         self.sensitivity: list[float] = []  # per repeat: the job's solo over its co-located throughput
         self.probe_together: list[float] = []
@@ -295,7 +295,7 @@ class _ProbeRun:
         except WorkerFailed as exc:
             self._fail(exc)
 
-    def measure_with(self, job: Worker, job_step_ms: float) -> Window | None:
+    def measure_with(self, job: WorkerProcess, job_step_ms: float) -> Window | None:
         """One shared window of the job and the probe; returns the job's window (None if the probe failed)."""
         if not self._ensure():
             return None
