@@ -247,3 +247,18 @@ def test_both_kinds_of_worker_are_one_protocol():
         init = inspect.getsource(cls.__init__)
         missing += [f for f in fields if not re.search(rf"self\.{f}\b\s*(:[^=\n]*)?=", init) and not hasattr(cls, f)]
         assert not missing, f"{cls.__name__} lacks {missing} of WorkerProcess"
+
+
+def test_the_numba_internals_compiled_uses_exist_in_the_pinned_numba():
+    # engine/compiled.py stamps numba's private cache locators; pyproject.toml caps numba at the versions checked.
+    import numba
+    from numba.core import caching
+
+    from sharewise.engine import compiled
+
+    impl = getattr(caching, "CacheImpl", None) or getattr(caching, "_CacheImpl", None)
+    assert impl is not None and isinstance(impl._locator_classes, list), numba.__version__
+    for name in ("UserProvidedCacheLocator", "InTreeCacheLocator"):
+        assert getattr(caching, name, None) or getattr(caching, "_" + name, None), (name, numba.__version__)
+    assert any(c.__name__.startswith("Stamped") for c in impl._locator_classes), "the stamped locators are first"
+    assert all(path.is_file() for path in compiled.SOURCES), [p for p in compiled.SOURCES if not p.is_file()]
