@@ -1,0 +1,280 @@
+"""The compiled kernels against their Python oracles (``policy_oracles``) on generated cases: the closed forms,
+orderings and GPU picks, the placement check, urgent restarts, the SLO rescue and SRPT (STYLE.md practice 14)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from policy_cases import make_cluster, make_queue, random_state
+
+from sharewise.engine.interface import ClusterState, Queue, as_decision
+from sharewise.engine.table import SlowdownTable
+from sharewise.policy import Placement, get_policy, policy_names
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_sharewise_kernels_match_the_closed_forms(seed):
+    """The compiled scoring and release kernels give, bit for bit, what the numpy closed forms of the oracle
+    (``tests/policy_oracles.py``) give."""
+    from policy_oracles import budget
+    from policy_oracles import release_times as release_oracle
+    from policy_oracles import savings as savings_oracle
+
+    from sharewise.engine.gpus import lone_residents
+    from sharewise.policy.ours.arrays import Jobs, Knobs, Pairs, Waiting, pairs_of
+    from sharewise.policy.ours.sharing import release_times, savings
+
+    rng = np.random.default_rng(seed)
+    n_wl, n_gpus, n_jobs, m = 4, 40, 120, 12
+    p50 = rng.uniform(1.0, 2.4, (n_wl, n_wl))
+    allowed = rng.random((n_wl, n_wl)) < 0.8
+    tab = SlowdownTable(list("abcd"), p50 * 0.95, p50, p50 * rng.uniform(1.0, 1.3, (n_wl, n_wl)), allowed)
+    occupancy = rng.integers(0, 3, n_gpus)
+    jobs = rng.permutation(n_jobs)[: 2 * n_gpus].reshape(n_gpus, 2)
+    speed = rng.uniform(0.6, 1.0, n_gpus)
+    # Multi-GPU jobs: runs of neighbouring GPUs holding the same job(s) at one speed (the kernels reuse a
+    # column there), and one neighbour at another speed (they must not).
+    for g in rng.choice(n_gpus - 3, 6, replace=False):
+        jobs[g + 1 : g + 3], occupancy[g + 1 : g + 3], speed[g + 1 : g + 3] = jobs[g], occupancy[g], speed[g]
+    speed[g + 2] *= 0.9
+    resident = np.where(np.arange(2)[None, :] < occupancy[:, None], jobs, -1)
+    # A multi-GPU job that shares one of its GPUs and holds another alone: that GPU is not joinable.
+    full, lone = np.flatnonzero(occupancy == 2), np.flatnonzero(occupancy == 1)
+    resident[lone[0], 0] = resident[full[0], 1]
+    work = rng.uniform(100, 5000, n_jobs)
+    remaining, workload = work * rng.uniform(0.05, 1.0, n_jobs), rng.integers(0, n_wl, n_jobs)
+    start = rng.uniform(0, 3000, n_jobs)
+    start[rng.random(n_jobs) < 0.5] = np.nan  # never ran (queued): no budget of their own yet
+    partner, partner_wl, rem, alone = lone_residents(occupancy, resident, workload, remaining, n_wl)
+    single = np.flatnonzero(occupancy == 1)
+    assert np.array_equal(partner[single], resident[single, 0]) and np.all(partner[occupancy != 1] == -1)
+    assert np.array_equal(partner_wl[single], workload[resident[single, 0]])
+    assert np.array_equal(alone, np.bincount(workload[resident[single, 0]], minlength=n_wl))
+    wl_a, rem_a, release_a = rng.integers(0, n_wl, m), rng.uniform(10, 4000, m), rng.uniform(0, 3000, m)
+    job_a = rng.choice(np.setdiff1d(np.arange(n_jobs), resident), m, replace=False)  # queued: preempted or new
+    rem_a = np.minimum(rem_a, work[job_a])
+    now, slo = 3000.0, 1.6
+    shared_elsewhere = np.zeros(n_jobs, dtype=bool)
+    shared_elsewhere[resident[occupancy == 2].ravel()] = True
+    job_arrays = Jobs(workload, remaining, work, start, np.ones(n_jobs, np.int64), np.empty(0, np.int64))
+    knobs = Knobs(now, slo, 0.0, 24, 4.0, 0.5, 0.5, 8, 32, 1.0, 2.0, 1e18)
+    for q_slo, q_gain in [("p90", "p90"), ("p90", "p50"), ("p50", "p10")]:
+        pairs = Pairs(*pairs_of(tab, q_slo, q_gain))
+        joiners = Waiting(job_a, np.ones(m, np.int64), wl_a, rem_a)
+        got, n_good = savings(joiners, release_a, single, (partner, partner_wl, rem), speed, job_arrays, pairs, knobs,
+                              shared_elsewhere)
+        sp = speed[single]
+        bud = budget(slo, work[partner[single]], sp, now - start[partner[single]])
+        bud_a = budget(slo, work[job_a][:, None], sp[None, :], now - start[job_a][:, None])
+        want = savings_oracle(
+            wl_a, rem_a, release_a, partner_wl[single], rem[single] / sp, bud, sp, tab, q_slo, q_gain, slo,
+            bud_a, ~shared_elsewhere[partner[single]],
+        )
+        assert np.isneginf(want[:, 0]).all()  # the resident that shares another GPU
+        assert np.isfinite(want).any() and np.array_equal(got, want)
+        assert np.array_equal(n_good, (want > 0).sum(axis=1))
+    # Release times: a lone job's remaining time over its GPU's speed; a pair's later end (shared_completion).
+    cluster = make_cluster(resident, n_jobs, remaining, workload, speed=speed, start=start, work=work)
+    want = release_oracle(cluster, tab)
+    assert np.array_equal(release_times(cluster, tab), want)
+    assert np.array_equal(release_times(cluster, tab, m=7), want[:7])
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_compiled_orderings_are_numpys(seed):
+    """The hand-written sorts of the kernels give what numpy gives: ``stable_order`` and ``smallest`` the
+    stable argsort (ties by position; many ties here), ``select_smallest`` the values ``np.partition`` keeps;
+    ``sjf_walk`` the SJF walk of the oracle (written with ``base.in_order``), ``by_sensitivity`` the oracle's
+    sort (longest first, ties: more GPUs, then position)."""
+    from policy_oracles import by_sensitivity as by_sensitivity_oracle
+    from policy_oracles import sjf_walk as sjf_walk_oracle
+
+    from sharewise.engine.order import by_sensitivity, select_smallest, smallest, stable_order
+    from sharewise.policy.ours.placement import sjf_walk
+
+    rng = np.random.default_rng(seed)
+    for n in (1, 2, 7, 64, 65, 300):
+        keys = rng.integers(0, 6, n).astype(float) if seed % 2 else rng.uniform(0, 1e4, n)
+        want = np.argsort(keys, kind="stable")
+        assert np.array_equal(stable_order(keys), want)
+        for m in {0, 1, n // 2, n, n + 3}:
+            assert np.array_equal(smallest(keys, m), want[:m])
+            if 1 <= m <= n:
+                got = select_smallest(keys, m)
+                assert np.array_equal(np.sort(got), np.sort(np.partition(keys, m - 1)[:m]))
+        gpus = rng.choice([1, 1, 2, 4, 8], n)
+        for n_free in (0, 1, 5, 40, 400):
+            for head in (0, 1, 3, 24):
+                got_s, got_w = sjf_walk(keys, gpus, n_free, head)
+                assert (got_s.tolist(), got_w.tolist()) == sjf_walk_oracle(keys, gpus, n_free, head)
+        queue = make_queue((j, float(keys[j]), int(gpus[j]), 0) for j in range(n))
+        chosen = rng.permutation(n)[: max(1, n // 2)]
+        assert by_sensitivity(chosen, queue.remaining, queue.gpus).tolist() == by_sensitivity_oracle(
+            queue, chosen.tolist()
+        )
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_compiled_free_gpu_pick_is_the_python_rule(seed):
+    """``pick_free_gpus`` (compiled; the baselines' and sharewise's one rule) chooses what the Python rule of
+    the oracle chooses, on random free masks, node layouts and job sizes."""
+    from policy_oracles import pick_free_gpus as pick_oracle
+
+    from sharewise.engine import gpus
+    from sharewise.engine.interface import pick_free_gpus
+
+    rng = np.random.default_rng(seed)
+    per_node = int(rng.choice([1, 2, 4, 8]))
+    n_gpus = per_node * int(rng.integers(1, 7))
+    node = np.arange(n_gpus) // per_node
+    occupancy = rng.integers(0, 3, n_gpus) * (rng.random(n_gpus) < 0.6)
+    for k in range(1, n_gpus + 2):
+        want = pick_oracle(occupancy == 0, node, k)
+        got = gpus.pick_free_gpus(occupancy, node, k)
+        if want is None:
+            assert got.shape[0] == 0 and pick_free_gpus(occupancy == 0, node, k) is None
+        else:
+            assert np.array_equal(got, np.sort(want))
+            assert np.array_equal(pick_free_gpus(occupancy == 0, node, k), np.sort(want))
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_compiled_fastest_block_is_pals_rule(seed):
+    """``fastest_block`` (compiled; PAL's, the re-placement's and sharewise's one rule) chooses what the
+    oracle's Python rule chooses, GPU for GPU and in its order, on random speeds (many ties), free masks,
+    node layouts, job sizes and cross-node penalties."""
+    from policy_oracles import fastest_block as fastest_oracle
+
+    from sharewise.policy.pal import fastest_block
+
+    rng = np.random.default_rng(seed)
+    per_node = int(rng.choice([1, 2, 4, 8]))
+    n_gpus = per_node * int(rng.integers(1, 7))
+    node = np.arange(n_gpus) // per_node
+    free = rng.random(n_gpus) < 0.7
+    speed = rng.choice([0.5, 0.8, 1.0], n_gpus) if seed % 2 else rng.uniform(0.5, 1.0, n_gpus)
+    for k in range(1, int(free.sum()) + 1):
+        for penalty in (1.0, 1.3):
+            want = fastest_oracle(free, speed, node, k, penalty)
+            assert fastest_block(free, speed, node, k, penalty).tolist() == want.tolist()
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_fast_placement_check_agrees_with_the_detailed_one(seed):
+    """The fast validity check accepts exactly the placements the one-by-one walk accepts: on real
+    policies' placements (valid), and on the same with one random change (often invalid)."""
+    from sharewise.engine.interface import InvalidPlacementError, _all_valid, _walk_placements
+
+    queue, cluster, tab = random_state(seed % 6)
+    rng = np.random.default_rng(seed)
+    name = policy_names()[seed % len(policy_names())]
+    if getattr(get_policy(name), "preemptive", False):
+        name = "sjf-bsbf"
+    placements = list(as_decision(get_policy(name)(queue, cluster, tab, 50.0)).start)
+    if seed >= 10 and placements:  # change one placement: a GPU, the job, or a duplicate
+        k = int(rng.integers(len(placements)))
+        job, gpus = placements[k]
+        change = seed % 3
+        if change == 0:
+            gpus = tuple(int(g) for g in rng.choice(cluster.n_gpus, size=len(gpus), replace=False))
+        elif change == 1:
+            job = int(rng.choice(queue.job))
+        else:
+            placements.append(placements[k])
+        placements[k] = Placement(job, gpus)
+    try:
+        _walk_placements(placements, queue, cluster, tab, "p")
+        walk_ok = True
+    except InvalidPlacementError:
+        walk_ok = False
+    assert _all_valid(placements, queue, cluster, tab) == walk_ok
+    if seed < 10:
+        assert walk_ok  # a registered policy's own placements are valid
+
+
+def _random_preemption_state(seed: int, delay: float = 60.0):
+    """A cluster of 24 GPUs on 3 nodes (two speeds) running single- and multi-GPU jobs, some GPUs shared, some
+    free, and a queue of preempted jobs (slack around their urgency limit) and new ones."""
+    rng = np.random.default_rng(seed)
+    n_gpus, now = 24, 100_000.0
+    resident = np.full((n_gpus, 2), -1, np.int64)
+    ngpus, job = [], 0
+    g = 0
+    while g < n_gpus:
+        kind = rng.choice(["free", "one", "two", "pair"], p=[0.08, 0.52, 0.25, 0.15])
+        if kind == "two" and g + 1 < n_gpus:
+            resident[g : g + 2, 0] = job
+            ngpus.append(2)
+            job, g = job + 1, g + 2
+            continue
+        if kind in ("one", "pair"):
+            resident[g, 0] = job
+            ngpus.append(1)
+            job += 1
+        if kind == "pair":
+            resident[g, 1] = job
+            ngpus.append(1)
+            job += 1
+        g += 1
+    n_run, n_queue = job, 10
+    n_jobs = n_run + n_queue
+    work = rng.uniform(1_000.0, 50_000.0, n_jobs)
+    remaining = work * rng.uniform(0.05, 1.0, n_jobs)
+    start = now - rng.uniform(0.0, 0.6, n_jobs) * work  # running jobs: slack to spare, victims
+    start[n_run:] = now - rng.uniform(0.6, 1.6, n_queue) * work[n_run:]  # queued: some urgent
+    preempted = rng.random(n_queue) < 0.7
+    start[n_run:][~preempted] = np.nan
+    cluster = ClusterState(
+        resident=resident, node=np.arange(n_gpus) // 8, speed=rng.choice([0.7, 1.0], n_gpus),
+        job_remaining=remaining, job_workload=np.zeros(n_jobs, np.int64),
+        job_ngpus=np.array(ngpus + [1] * n_queue, np.int64), job_start=start, job_work=work,
+        slo=2.0, preempt_delay_s=delay, job_attained=np.zeros(n_jobs), job_arrival=np.zeros(n_jobs),
+    )
+    q_gpus = rng.choice([1, 1, 2, 3, 8], n_queue)
+    queue = Queue(job=np.arange(n_run, n_jobs), arrival=np.zeros(n_queue), gpus=q_gpus,
+                  remaining=remaining[n_run:] * 0.2, workload=np.zeros(n_queue, np.int64))
+    return queue, cluster, now
+
+
+def _urgent_case(seed: int):
+    """``(kernel, oracle)``: the urgent restarts of ``_random_preemption_state(seed)``, each as (placements,
+    victims stopped, wake-up)."""
+    from policy_oracles import urgent_restarts as urgent_oracle
+
+    from sharewise.policy.ours import urgent
+    from sharewise.policy.ours.arrays import jobs_of, knobs_of
+    from sharewise.policy.ours.params import PARAMS
+    from sharewise.policy.ours.stage import Stage
+
+    queue, cluster, now = _random_preemption_state(seed)
+    knobs = knobs_of(PARAMS, cluster, now, cluster.slo)
+    got = urgent.restarts(Stage.of(queue, cluster), jobs_of(cluster), knobs)
+    return got, urgent_oracle(queue, cluster, now, cluster.slo, PARAMS.urgency, PARAMS.slack_share,
+                              PARAMS.tolerance_s)
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_urgent_restarts_take_victims_by_the_oracles_rule(seed):
+    """The urgent-restart kernel (selection, and ``victims.take``, the rule SRPT takes GPUs by too) restarts the
+    jobs the oracle restarts, on the same GPUs, stopping the same victims, and asks to be woken at the same
+    time, on random clusters where urgent jobs compete for free GPUs and victims."""
+    got, want = _urgent_case(seed)
+    assert got == want
+
+
+def test_urgent_restarts_cases_exercise_the_rule():
+    """The random cases of the test above restart jobs on free GPUs and on victims' GPUs, and leave some
+    urgent job waiting: the comparison covers every branch of the rule."""
+    from sharewise.policy.ours.arrays import knobs_of
+    from sharewise.policy.ours.params import PARAMS
+    from sharewise.policy.ours.urgent import urgent_jobs
+
+    restarted = stopped = urgent = 0
+    for seed in range(60):
+        (start, stop, _), _ = _urgent_case(seed)
+        queue, cluster, now = _random_preemption_state(seed)
+        knobs = tuple(knobs_of(PARAMS, cluster, now, 2.0))
+        urgent += len(urgent_jobs(queue.job, queue.remaining, cluster.job_start, cluster.job_work, knobs)[0])
+        restarted += len(start)
+        stopped += len(stop)
+    assert restarted > 20 and stopped > 5 and urgent > restarted
