@@ -2,12 +2,14 @@
 slow, which tests hold the kernels equal to (STYLE.md practice 14: the fast path is the implementation, the slow
 copy a test oracle). Nothing here calls a kernel.
 
-- ``pick_free_gpus``, ``by_sensitivity``, ``fastest_block``: the free-GPU rules of ``_gpus`` and ``_order``.
+- ``pick_free_gpus``, ``by_sensitivity``, ``fastest_block``: the free-GPU rules of ``engine.gpus`` and ``engine.order``.
 - ``shared_completion``, ``pair_constants``, ``release_times``, ``savings``, ``multi_join_holds``: the closed
-  forms of ``sharewise.slo`` and ``sharewise.sharing`` over whole arrays.
+  forms of ``ours.slo`` and ``ours.sharing`` over whole arrays.
 - ``sjf_walk`` and ``sharewise_placements``: a whole ``sharewise`` call's placements without preemption, step by
   step (the policy's former general path).
-- ``take_victims`` and ``urgent_restarts``: the victim-taking rule of urgent restarts (``sharewise.victims``).
+- ``take_victims`` and ``urgent_restarts``: the victim-taking rule of urgent restarts (``ours.victims``).
+- ``lone_victims`` and ``srpt_preemptions``: SLO-guarded SRPT (``ours.srpt``).
+- ``rescue_pauses``: the SLO rescue of pairs, two-job groups and hubs (``ours.rescue``).
 """
 
 from __future__ import annotations
@@ -313,3 +315,193 @@ def urgent_restarts(queue: Queue, cluster: ClusterState, now: float, slo: float,
         free[list(gpus)] = False
         start.append(Placement(int(queue.job[i]), gpus))
     return start, stopped, wake
+
+
+# ---- SRPT and the SLO rescue (``sharewise.srpt``, ``sharewise.rescue``) ----------------------------------------
+def lone_victims(occupancy: np.ndarray, cluster: ClusterState, excluded, now: float, slo: float, delay: float,
+                 urgency: float) -> list[dict]:
+    """The jobs holding every one of their GPUs alone (``occupancy`` 1, slot 1 empty), not ``excluded``: single-GPU
+    jobs by GPU, then multi-GPU jobs by first GPU; each with its GPUs, slowest speed, remaining run time and
+    slack beyond its urgency limit (``spare``), in seconds on its slowest GPU."""
+    res = cluster.resident
+    lone = [g for g in range(res.shape[0]) if res[g, 0] >= 0 and res[g, 1] < 0 and occupancy[g] == 1]
+    singles = [(int(res[g, 0]), [g]) for g in lone if cluster.job_ngpus[res[g, 0]] == 1]
+    multi: dict[int, list[int]] = {}
+    for g in lone:
+        if cluster.job_ngpus[res[g, 0]] > 1:
+            multi.setdefault(int(res[g, 0]), []).append(g)
+    whole = [(j, gs) for j, gs in multi.items() if len(gs) == cluster.job_ngpus[j]]
+    out = []
+    for j, gs in singles + whole:
+        if j in set(excluded):
+            continue
+        sp = float(cluster.speed[gs].min())
+        work, rem = cluster.job_work[j], cluster.job_remaining[j]
+        spare = (slo * work - rem - delay) / sp - (now - cluster.job_start[j]) - urgency * (slo - 1.0) * work / sp
+        out.append({"job": j, "gpus": gs, "slowest": sp, "remaining": rem / sp, "spare": spare})
+    return out
+
+
+def srpt_preemptions(queue: Queue, started, stopped, occupancy: np.ndarray, cluster: ClusterState, now: float,
+                     slo: float, delay: float, ratio: float, share: float, urgency: float, max_stops: int,
+                     head: int):
+    """SLO-guarded SRPT: the waiting jobs not ``started``, shortest remaining first (the first ``head``), each
+    taking the GPUs of victims whose remaining time exceeds ``ratio`` times its own plus ``delay`` and that keep
+    their urgency slack after waiting (its run time + ``delay``) / ``share``; at most ``max_stops`` victims. A
+    job for which no victim qualifies ends the call (none qualifies for the longer ones); one whose free GPUs
+    suffice, or whose size once found too few victims' GPUs, is passed. ``([(queue position, gpus)], stops)``."""
+    if len(started) == len(queue):
+        return [], []
+    done = np.isin(queue.job, np.asarray(started, dtype=np.int64))
+    victims = lone_victims(occupancy, cluster, [*stopped, *started], now, slo, delay, urgency)
+    occ = np.array(occupancy, copy=True)
+    taken = [False] * len(victims)
+    keys = np.where(done, np.inf, queue.remaining)
+    order = np.argsort(keys, kind="stable")[:head]
+    starts, stops, failed_k = [], [], np.inf
+    for i in order.tolist():
+        if done[i] or len(stops) >= max_stops:
+            break
+        r = float(queue.remaining[i])
+        cost = (r + delay) / share
+        eligible = [v for v, x in enumerate(victims) if not taken[v] and x["remaining"] > ratio * r + delay
+                    and x["spare"] > cost / x["slowest"]]
+        if not eligible:
+            break
+        k = int(queue.gpus[i])
+        n_free = int((occ == 0).sum())
+        need = k - n_free
+        if k >= failed_k or need <= 0:
+            continue
+        if sum(len(victims[v]["gpus"]) for v in eligible) < need:
+            failed_k = min(failed_k, k)
+            continue
+        chosen, got = [], 0
+        for v in sorted(eligible, key=lambda v: -victims[v]["remaining"]):  # stable: lower index first
+            if got >= need:
+                break
+            chosen.append(v)
+            got += len(victims[v]["gpus"])
+        trial = occ == 0
+        for v in chosen:
+            trial[victims[v]["gpus"]] = True
+        picked = pick_free_gpus(trial, cluster.node, k)
+        if picked is None:
+            continue
+        used = [v for v in chosen if set(victims[v]["gpus"]) & set(picked.tolist())]
+        for v in used:
+            taken[v] = True
+            occ[victims[v]["gpus"]] = 0
+            stops.append(victims[v]["job"])
+        occ[picked] = 1
+        starts.append((i, tuple(int(g) for g in np.sort(picked))))
+    return starts, stops
+
+
+def _pause_choice(share_bad, share_sum, bad_0, sum_0, bad_1, sum_1) -> int:
+    """-1 share on, or the pause (0, 1) leaving the fewest jobs over the SLO if fewer than sharing on; ties: the
+    smaller summed end time, then 0."""
+    ways = [(bad_0, sum_0, 0), (bad_1, sum_1, 1)]
+    best = min((w for w in ways if w[0] < share_bad), default=None, key=lambda w: (w[0], w[1], w[2]))
+    return -1 if best is None else best[2]
+
+
+def _two_jobs(e_a, w_a, ran_a, s_a, d_a, lim_a, e_b, w_b, ran_b, s_b, d_b, lim_b, limit) -> int:
+    """Two jobs sharing only with each other: -1 share on, 0 pause b, 1 pause a."""
+    (c_a,), (c_b,) = shared_completion(np.array([e_a]), np.array([e_b]), np.array([s_a]), np.array([s_b]))
+    bad = int((ran_a + c_a) / w_a > limit) + int((ran_b + c_b) / w_b > limit)
+    if bad == 0:
+        return -1
+    bad_0 = int((ran_a + e_a) / w_a > limit) + int((ran_b + e_a + e_b + d_b) / w_b > lim_b)
+    bad_1 = int((ran_b + e_b) / w_b > limit) + int((ran_a + e_b + e_a + d_a) / w_a > lim_a)
+    return _pause_choice(bad, c_a + c_b, bad_0, 2 * e_a + e_b + d_b, bad_1, 2 * e_b + e_a + d_a)
+
+
+def rescue_pauses(cluster: ClusterState, q: np.ndarray, n: int, placed_at, now: float, slo: float, delay: float,
+                  urgency: float, recheck_s: float) -> list[int]:
+    """The SLO rescue: among jobs sharing GPUs at slowdowns ``q`` (flattened, ``n`` workloads), the groups with a
+    GPU whose pair formed since ``now - recheck_s`` (``placed_at``; None: every shared GPU) are checked, and a
+    side is paused where that leaves fewer jobs over the SLO than sharing on. Groups: two single-GPU jobs on a
+    GPU (by GPU); two jobs sharing only with each other (from the lower id); a hub whose partners share with it
+    alone (its partners paused, or it). A multi-GPU job paused must keep within ``slo - urgency (slo - 1)``."""
+    res, occ = cluster.resident, cluster.occupancy()
+    ngpus, wl = cluster.job_ngpus, cluster.job_workload
+    limit = slo * (1.0 + 1e-9)
+    paused_limit = slo - urgency * (slo - 1.0)
+    fresh = [occ[g] == 2 and (placed_at is None or placed_at[g] >= now - recheck_s) for g in range(res.shape[0])]
+    if not any(fresh):
+        return []
+
+    def other(g, x):
+        return int(res[g, 1] if res[g, 0] == x else res[g, 0])
+
+    def times(x, sp):
+        return cluster.job_remaining[x] / sp, cluster.job_work[x] / sp, now - cluster.job_start[x]
+
+    out, members = [], set()
+    for g in range(res.shape[0]):
+        if occ[g] != 2:
+            continue
+        a, b = int(res[g, 0]), int(res[g, 1])
+        if ngpus[a] != 1 or ngpus[b] != 1:
+            members |= {a, b}
+            continue
+        if fresh[g]:
+            sp = cluster.speed[g]
+            way = _two_jobs(*times(a, sp), q[wl[a] * n + wl[b]], delay / sp, limit,
+                            *times(b, sp), q[wl[b] * n + wl[a]], delay / sp, limit, limit)
+            if way >= 0:
+                out.append(b if way == 0 else a)
+    on = {x: [g for g in range(res.shape[0]) if x in (res[g, 0], res[g, 1])] for x in members}
+
+    def effective(x):
+        worst = min(cluster.speed[g] / (q[wl[x] * n + wl[o]] if (o := other(g, x)) >= 0 else 1.0) for g in on[x])
+        slowest = min(cluster.speed[g] for g in on[x])
+        spans = len({int(cluster.node[g]) for g in on[x]}) > 1
+        return slowest / worst, slowest / (cluster.cross_node_slowdown if spans else 1.0)
+
+    partner = {}
+    for x in members:
+        found = {other(g, x) for g in on[x]} - {-1}
+        partner[x] = found.pop() if len(found) == 1 else (-1 if not found else -2)
+    for x in sorted(members):
+        if not any(fresh[g] for g in on[x]):
+            continue
+        if partner[x] >= 0:
+            y = partner[x]
+            if y < x or partner[y] != x:
+                continue
+            (s_x, sp_x), (s_y, sp_y) = effective(x), effective(y)
+            way = _two_jobs(*times(x, sp_x), s_x, delay / sp_x, limit if ngpus[x] == 1 else paused_limit,
+                            *times(y, sp_y), s_y, delay / sp_y, limit if ngpus[y] == 1 else paused_limit, limit)
+            if way >= 0:
+                out.append(y if way == 0 else x)
+            continue
+        if not all(other(g, x) < 0 or partner[other(g, x)] == x for g in on[x]):
+            continue  # not a hub: some partner shares with others too
+        s_j, sp_j = effective(x)
+        e_j, w_j, ran_j = times(x, sp_j)
+        t = s_j * e_j
+        bad, share_sum = int((ran_j + t) / w_j > limit), t
+        bad_0, sum_0 = int((ran_j + e_j) / w_j > limit), e_j
+        bad_1, sum_1, last, partners = 0, 0.0, 0.0, []
+        for g in on[x]:
+            p = other(g, x)
+            if p < 0 or on[p][0] != g:
+                continue  # a multi-GPU partner counts once, on its first GPU
+            s_p, sp_p = effective(p)
+            e_p, w_p, ran_p = times(p, sp_p)
+            end_p = min(s_p * e_p, e_p + t * (1 - 1 / s_p))
+            bad += int((ran_p + end_p) / w_p > limit)
+            share_sum += end_p
+            bad_0 += int((ran_p + e_j + e_p + delay / sp_p) / w_p > (limit if ngpus[p] == 1 else paused_limit))
+            sum_0 += e_j + e_p + delay / sp_p
+            bad_1 += int((ran_p + e_p) / w_p > limit)
+            sum_1 += e_p
+            last = max(last, e_p)
+            partners.append(p)
+        bad_1 += int((ran_j + last + e_j + delay / sp_j) / w_j > paused_limit)
+        sum_1 += last + e_j + delay / sp_j
+        way = _pause_choice(bad, share_sum, bad_0, sum_0, bad_1, sum_1) if bad else -1
+        out += partners if way == 0 else [x] if way == 1 else []
+    return out

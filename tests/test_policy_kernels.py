@@ -278,3 +278,128 @@ def test_urgent_restarts_cases_exercise_the_rule():
         restarted += len(start)
         stopped += len(stop)
     assert restarted > 20 and stopped > 5 and urgent > restarted
+
+
+def _srpt_case(seed: int):
+    """``(kernel, oracle)``: SRPT's preemptions on ``_random_preemption_state(seed)``, with some queued jobs
+    started and some running ones stopped by the steps before it, each as (starts, victims stopped)."""
+    from policy_oracles import srpt_preemptions
+
+    from sharewise.policy.ours import srpt
+    from sharewise.policy.ours.arrays import jobs_of, knobs_of
+    from sharewise.policy.ours.params import PARAMS
+    from sharewise.policy.ours.stage import Stage
+
+    queue, cluster, now = _random_preemption_state(seed)
+    rng = np.random.default_rng(1000 + seed)
+    started = [int(j) for j in queue.job if rng.random() < 0.2]
+    running = np.unique(cluster.resident[cluster.resident >= 0])
+    stopped = [int(j) for j in running if rng.random() < 0.1]
+    knobs = knobs_of(PARAMS, cluster, now, cluster.slo)
+    start = [Placement(j, (0,)) for j in started]
+    taken, victims = srpt.preemptions(queue, start, stopped, Stage.of(queue, cluster), jobs_of(cluster), knobs)
+    got = ([(int(np.searchsorted(queue.job, p.job)), tuple(sorted(p.gpus))) for p in taken], victims)
+    want = srpt_preemptions(queue, started, stopped, cluster.occupancy(), cluster, now, cluster.slo,
+                            cluster.preempt_delay_s, PARAMS.preempt_ratio, PARAMS.slack_share, PARAMS.urgency,
+                            PARAMS.max_preemptions, PARAMS.srpt_head)
+    return got, want
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_srpt_preempts_the_victims_the_oracle_takes(seed):
+    """The SRPT kernel (its quick bound, victims kept from one waiting job to the next, sizes that failed)
+    starts the jobs the oracle starts, on the same GPUs, stopping the same victims."""
+    got, want = _srpt_case(seed)
+    assert got == want
+
+
+def test_srpt_cases_exercise_the_rule():
+    starts = stops = 0
+    for seed in range(60):
+        (taken, victims), _ = _srpt_case(seed)
+        starts += len(taken)
+        stops += len(victims)
+    assert starts > 10 and stops > 10
+
+
+def _random_sharing_state(seed: int):
+    """A cluster of 16 GPUs on 2 nodes (two speeds) where jobs share: two single-GPU jobs on a GPU, a 2-GPU hub
+    with a partner on each GPU, two 2-GPU jobs on the same GPUs, a 2-GPU job sharing with a 2-GPU job on one
+    GPU only (a chain, no group), and jobs alone; slowdowns of 4 workloads in [1, 3]; jobs near their SLO; pairs
+    formed at random times around the recheck window. Returns ``(cluster, q, n, placed_at, now)``."""
+    rng = np.random.default_rng(seed)
+    n_gpus, now, n = 16, 50_000.0, 4
+    resident = np.full((n_gpus, 2), -1, np.int64)
+    ngpus, job, g = [], 0, 0
+    while g < n_gpus:
+        kind = rng.choice(["pair", "hub", "twin", "chain", "lone"], p=[0.3, 0.2, 0.2, 0.1, 0.2])
+        if kind in ("hub", "twin") and g + 1 < n_gpus:
+            resident[g : g + 2, 0] = job
+            if kind == "hub":
+                resident[g : g + 2, 1] = [job + 1, job + 2]
+                ngpus += [2, 1, 1]
+                job += 3
+            else:
+                resident[g : g + 2, 1] = job + 1
+                ngpus += [2, 2]
+                job += 2
+            g += 2
+        elif kind == "chain" and g + 2 < n_gpus:
+            resident[g : g + 2, 0] = job
+            resident[g + 1 : g + 3, 1] = job + 1
+            ngpus += [2, 2]
+            job, g = job + 2, g + 3
+        else:
+            resident[g, 0] = job
+            ngpus.append(1)
+            job += 1
+            if kind == "pair":
+                resident[g, 1] = job
+                ngpus.append(1)
+                job += 1
+            g += 1
+    work = rng.uniform(1_000.0, 20_000.0, job)
+    remaining = work * rng.uniform(0.05, 1.0, job)
+    start = now - rng.uniform(0.2, 1.2, job) * work
+    cluster = ClusterState(
+        resident=resident, node=np.arange(n_gpus) // 8, speed=rng.choice([0.7, 1.0], n_gpus),
+        job_remaining=remaining, job_workload=rng.integers(0, n, job), job_ngpus=np.array(ngpus, np.int64),
+        job_start=start, job_work=work, slo=2.0, preempt_delay_s=60.0, cross_node_slowdown=1.1,
+        job_attained=np.zeros(job), job_arrival=np.zeros(job),
+    )
+    q = rng.uniform(1.0, 3.0, n * n)
+    placed_at = now - rng.uniform(0.0, 4.0, n_gpus)  # recheck_s is 2 s: about half formed just now
+    return cluster, q, n, placed_at, now
+
+
+def _rescue_case(seed: int):
+    from policy_oracles import rescue_pauses
+
+    from sharewise.policy.ours.arrays import gpus_of, jobs_of, knobs_of
+    from sharewise.policy.ours.params import PARAMS
+    from sharewise.policy.ours.rescue import rescue_kernel
+
+    cluster, q, n, placed_at, now = _random_sharing_state(seed)
+    knobs = knobs_of(PARAMS, cluster, now, cluster.slo)
+    got = rescue_kernel(placed_at, q, n, tuple(gpus_of(cluster)), tuple(jobs_of(cluster)), tuple(knobs)).tolist()
+    want = rescue_pauses(cluster, q, n, placed_at, now, cluster.slo, cluster.preempt_delay_s, PARAMS.urgency,
+                         PARAMS.recheck_s)
+    return got, want
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_the_slo_rescue_pauses_the_jobs_the_oracle_pauses(seed):
+    """The rescue kernel (single-GPU pairs in its first pass, groups with a multi-GPU job gathered after) pauses
+    the jobs the oracle pauses, in the same order, on random clusters of every kind of group."""
+    got, want = _rescue_case(seed)
+    assert got == want
+
+
+def test_the_rescue_cases_exercise_the_rule():
+    paused = multi = 0
+    for seed in range(60):
+        got, _ = _rescue_case(seed)
+        cluster = _random_sharing_state(seed)[0]
+        paused += len(got)
+        multi += sum(int(cluster.job_ngpus[j] > 1) for j in got)
+    assert paused > 30 and multi > 5
