@@ -113,7 +113,7 @@ def test_the_hook_does_not_synchronize_a_job_without_cuda(tmp_path, monkeypatch)
 
 
 def test_a_pause_waits_for_one_step_of_queued_kernels_on_a_gpu():
-    from sharewise.profiler.blackbox import DRAIN_MAX_S, drain_seconds
+    from sharewise.profiler.job_process import DRAIN_MAX_S, drain_seconds
 
     assert drain_seconds("cuda:0", 0.05) == 0.05
     assert drain_seconds("cuda:0", 60.0) == DRAIN_MAX_S

@@ -31,8 +31,8 @@ def _steps(path: Path) -> list[tuple[int, float]]:
 @pytest.mark.slow
 @pytest.mark.gpu
 def test_a_cuda_command_job_stops_on_sigstop_and_goes_on_after_sigcont(tmp_path):
-    from sharewise.profiler.blackbox import drain_seconds
     from sharewise.profiler.commands import launch, parse_command
+    from sharewise.profiler.job_process import drain_seconds
 
     spec = parse_command(f"cnn=cmd:{PY} {shlex.quote(str(FIXTURES / 'cnn_train.py'))} --device cuda --batch-size 256")
     progress = tmp_path / "progress"

@@ -36,7 +36,8 @@ from sharewise.engine.simulator import SimWorld, simulate
 from sharewise.engine.table import SlowdownTable
 from sharewise.errors import TraceError
 from sharewise.policy import get_policy
-from sharewise.runtime.world import Segment, Sitting
+from sharewise.runtime.sitting import Sitting
+from sharewise.runtime.world import Segment
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "physical_workloads.py"
 #: Foreign load above which a failed timing expectation is the machine's, not the code's: the jobs step by

@@ -49,8 +49,9 @@ from sharewise.engine.loop import DONE, FAILED, SchedulingLoop
 from sharewise.engine.result import RunResult
 from sharewise.policy import get_policy, warm_up
 from sharewise.runtime.jobs import JobSpec
+from sharewise.runtime.sitting import Sitting
 from sharewise.runtime.slots import Layout
-from sharewise.runtime.world import RealWorld, Sitting
+from sharewise.runtime.world import RealWorld
 
 _JSON_DECIMALS = 4
 OBSERVED = "observed"

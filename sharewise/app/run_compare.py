@@ -13,7 +13,7 @@ from sharewise.engine.cluster import Cluster
 from sharewise.engine.result import RunResult
 from sharewise.engine.table import SlowdownTable
 from sharewise.policy import get_policy
-from sharewise.runtime.world import Sitting
+from sharewise.runtime.sitting import Sitting
 
 _JSON_DECIMALS = 4
 

@@ -18,9 +18,9 @@ from sharewise.engine.table import SlowdownTable
 from sharewise.errors import ConfigError, DatasetError, TraceError
 from sharewise.policy import get_policy
 from sharewise.runtime.jobs import JobSpec, LocalJob
+from sharewise.runtime.sitting import Sitting
 from sharewise.runtime.slots import Layout
 from sharewise.runtime.slots import layout as make_layout
-from sharewise.runtime.world import Sitting
 
 DEFAULT_POLICIES = ("exclusive-sjf", "sharewise")
 #: Seconds each workload runs alone in the calibration (start-up not counted).

@@ -46,7 +46,7 @@ from sharewise.profiler.commands import CommandSpec, launch, parse_command
 from sharewise.profiler.config import SETTLE_TOLERANCE, RunConfig, device_kind
 from sharewise.profiler.device import cuda_index, device_name
 from sharewise.profiler.hostload import process_tree_cpu_seconds
-from sharewise.profiler.job_process import cuda_visible, job_memory_bytes, output_tail
+from sharewise.profiler.job_process import cuda_visible, drain_seconds, job_memory_bytes, output_tail
 from sharewise.profiler.modes import CoreAssignment
 from sharewise.profiler.progress import ProgressReader
 from sharewise.profiler.session import WorkerFailed, WorkerProcess
@@ -58,24 +58,6 @@ log = logging.getLogger(__name__)
 #: Seconds between two reads of a running job's progress file (steps are timed by their own timestamps;
 #: this only sets how soon the driver notices a window's end).
 POLL_S = 0.005
-#: Most seconds a paused CUDA job's queued kernels are waited for (``drain_seconds``).
-DRAIN_MAX_S = 2.0
-
-
-def drain_seconds(device: str, step_s: float) -> float:
-    """Seconds to wait after pausing a job before a partner's window may start on its device.
-
-    SIGSTOP stops the job's CPU threads, not the kernels it already queued on a GPU, which run on. The hook
-    synchronizes at every step (``stephook.synchronize_current_stream``), so at most one step's kernels are
-    queued: waiting one step time (at most ``DRAIN_MAX_S``) lets them finish. Nothing to wait for on a CPU.
-
-    >>> drain_seconds("cuda:0", 0.05), drain_seconds("cuda:0", 9.0), drain_seconds("cpu", 0.05)
-    (0.05, 2.0, 0.0)
-    """
-    if device_kind(device) != "cuda" or not math.isfinite(step_s) or step_s <= 0:
-        return 0.0
-    return min(step_s, DRAIN_MAX_S)
-
 #: Features a command's profile cannot have, and why (``show`` prints these reasons).
 UNMEASURED: dict[str, str] = {
     "f_activation_bytes": "counted from the tensors autograd saves in a step, which needs sharewise's "

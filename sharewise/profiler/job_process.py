@@ -1,8 +1,10 @@
 """What the driver reads of a command job's process from outside: its output's last lines, the memory its
-processes hold (NVML on CUDA, resident sets on CPU), and the ``CUDA_VISIBLE_DEVICES`` that shows it its GPU."""
+processes hold (NVML on CUDA, resident sets on CPU), the ``CUDA_VISIBLE_DEVICES`` that shows it its GPU, and how
+long a pause waits for the kernels it queued."""
 
 from __future__ import annotations
 
+import math
 import os
 import re
 
@@ -89,3 +91,22 @@ def _nvml_process_memory(pids: set[int], device: str) -> float | None:
         return None
     finally:
         pynvml.nvmlShutdown()
+
+
+#: Most seconds a paused CUDA job's queued kernels are waited for (``drain_seconds``).
+DRAIN_MAX_S = 2.0
+
+
+def drain_seconds(device: str, step_s: float) -> float:
+    """Seconds to wait after pausing a job before a partner's window may start on its device.
+
+    SIGSTOP stops the job's CPU threads, not the kernels it already queued on a GPU, which run on. The hook
+    synchronizes at every step (``stephook.synchronize_current_stream``), so at most one step's kernels are
+    queued: waiting one step time (at most ``DRAIN_MAX_S``) lets them finish. Nothing to wait for on a CPU.
+
+    >>> drain_seconds("cuda:0", 0.05), drain_seconds("cuda:0", 9.0), drain_seconds("cpu", 0.05)
+    (0.05, 2.0, 0.0)
+    """
+    if device_kind(device) != "cuda" or not math.isfinite(step_s) or step_s <= 0:
+        return 0.0
+    return min(step_s, DRAIN_MAX_S)

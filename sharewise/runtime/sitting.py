@@ -1,0 +1,71 @@
+"""What a sitting of physical runs measured, pooled over its runs: solo rates, start-up times and pair slowdowns per
+workload (``Sitting``), the simulator's truth for ``sharewise run --compare-sim``."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+import numpy as np
+
+#: A rate needs at least this many step reports (after the first) and this many seconds.
+MIN_STEPS = 4
+MIN_S = 1.5
+
+
+class Sitting:
+    """What a sitting measured, pooled over its runs: solo rates, start-up times and pair slowdowns per workload.
+
+    The simulator's truth for ``--compare-sim`` comes from here, so it is measured on the same machine in the
+    same hour as the physical runs it is compared with.
+    """
+
+    def __init__(self) -> None:
+        self.solo: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])  # workload -> [steps, seconds]
+        self.startup: dict[str, list[float]] = defaultdict(list)
+        self.pairs: dict[tuple[str, str], list[tuple[float, float, float]]] = defaultdict(list)
+        self.calibrated: dict[str, dict] = {}  # workload -> {"steps_per_s", "startup_s"} of its calibration run
+
+    def add_solo(self, workload: str, steps: float, seconds: float) -> None:
+        pool = self.solo[workload]
+        pool[0] += steps
+        pool[1] += seconds
+
+    def solo_rate(self, workload: str) -> float:
+        steps, seconds = self.solo.get(workload, (0.0, 0.0))
+        return steps / seconds if seconds >= MIN_S and steps >= MIN_STEPS else math.nan
+
+    def pair(self, a: str, b: str) -> tuple[float, float, float, int]:
+        """Time-weighted mean slowdowns ``(of a, of b, seconds, pairings)`` over the pairings of ``a`` with
+        ``b`` in either order (a self-pair's two sides are the same workload: both get their mean)."""
+        rows = [(s_a, s_b, w) for s_a, s_b, w in self.pairs.get((a, b), [])]
+        if a != b:
+            rows += [(s_b, s_a, w) for s_a, s_b, w in self.pairs.get((b, a), [])]
+        if not rows:
+            return math.nan, math.nan, 0.0, 0
+        w = np.array([r[2] for r in rows])
+        s_a = float(np.average([r[0] for r in rows], weights=w))
+        s_b = float(np.average([r[1] for r in rows], weights=w))
+        if a == b:
+            s_a = s_b = (s_a + s_b) / 2
+        return s_a, s_b, float(w.sum()), len(rows)
+
+    def to_json(self) -> dict:
+        return {
+            "solo": {w: list(v) for w, v in self.solo.items()},
+            "startup": dict(self.startup),
+            "pairs": [[a, b, *r] for (a, b), rows in self.pairs.items() for r in rows],
+            "calibrated": self.calibrated,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict) -> Sitting:
+        sitting = cls()
+        for w, v in data.get("solo", {}).items():
+            sitting.solo[w] = list(v)
+        for w, v in data.get("startup", {}).items():
+            sitting.startup[w] = list(v)
+        for a, b, s_a, s_b, secs in data.get("pairs", []):
+            sitting.pairs[(a, b)].append((s_a, s_b, secs))
+        sitting.calibrated = dict(data.get("calibrated", {}))
+        return sitting
