@@ -290,7 +290,8 @@ def _srpt_case(seed: int):
     from sharewise.policy.ours.params import PARAMS
     from sharewise.policy.ours.stage import Stage
 
-    queue, cluster, now = _random_preemption_state(seed)
+    # Half the cases with a restart cost as long as a short job: the bounds with and without it then part.
+    queue, cluster, now = _random_preemption_state(seed, delay=60.0 if seed % 2 else 3_000.0)
     rng = np.random.default_rng(1000 + seed)
     started = [int(j) for j in queue.job if rng.random() < 0.2]
     running = np.unique(cluster.resident[cluster.resident >= 0])
