@@ -192,6 +192,15 @@ def test_fast_placement_check_agrees_with_the_detailed_one(seed):
         assert walk_ok  # a registered policy's own placements are valid
 
 
+def _single_gpu_jobs(resident: np.ndarray, ngpus: list[int], g: int, job: int, pair: bool) -> int:
+    """Put job ``job`` alone on GPU ``g`` (and job ``job + 1`` beside it with ``pair``); return the next job id."""
+    for slot in range(2 if pair else 1):
+        resident[g, slot] = job
+        ngpus.append(1)
+        job += 1
+    return job
+
+
 def _random_preemption_state(seed: int, delay: float = 60.0):
     """A cluster of 24 GPUs on 3 nodes (two speeds) running single- and multi-GPU jobs, some GPUs shared, some
     free, and a queue of preempted jobs (slack around their urgency limit) and new ones."""
@@ -208,13 +217,7 @@ def _random_preemption_state(seed: int, delay: float = 60.0):
             job, g = job + 1, g + 2
             continue
         if kind in ("one", "pair"):
-            resident[g, 0] = job
-            ngpus.append(1)
-            job += 1
-        if kind == "pair":
-            resident[g, 1] = job
-            ngpus.append(1)
-            job += 1
+            job = _single_gpu_jobs(resident, ngpus, g, job, pair=kind == "pair")
         g += 1
     n_run, n_queue = job, 10
     n_jobs = n_run + n_queue
@@ -351,13 +354,7 @@ def _random_sharing_state(seed: int):
             ngpus += [2, 2]
             job, g = job + 2, g + 3
         else:
-            resident[g, 0] = job
-            ngpus.append(1)
-            job += 1
-            if kind == "pair":
-                resident[g, 1] = job
-                ngpus.append(1)
-                job += 1
+            job = _single_gpu_jobs(resident, ngpus, g, job, pair=kind == "pair")
             g += 1
     work = rng.uniform(1_000.0, 20_000.0, job)
     remaining = work * rng.uniform(0.05, 1.0, job)
