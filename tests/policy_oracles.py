@@ -87,11 +87,13 @@ def pair_constants(table: SlowdownTable, quantile: str):
     return tuple(np.ascontiguousarray(x).ravel() for x in (ok, q, stretch, extra))
 
 
-def release_times(cluster: ClusterState, table: SlowdownTable) -> np.ndarray:
+def release_times(cluster: ClusterState, table: SlowdownTable, started: dict[int, float] | None = None) -> np.ndarray:
     """Every GPU's predicted release (p50), ascending: 0 free, a lone job's remaining over the GPU's speed, a
-    pair's later end."""
+    pair's later end; a free GPU the call just gave a job (``started``: GPU -> its remaining time) when it ends."""
     resident, occupancy = cluster.resident, cluster.occupancy()
     want = np.zeros(cluster.n_gpus)
+    for g, rem in (started or {}).items():
+        want[g] = rem / cluster.speed[g]
     single = np.flatnonzero(occupancy == 1)
     want[single] = cluster.job_remaining[resident[single, 0]] / cluster.speed[single]
     two = np.flatnonzero(occupancy == 2)
@@ -149,19 +151,21 @@ def sjf_walk(keys: np.ndarray, gpus: np.ndarray, n_free: int, head: int) -> tupl
     return starting, waiting
 
 
-def multi_join_holds(job, wl, rem, shared, sp, cluster: ClusterState, q, n, now, slo) -> bool:
-    """A multi-GPU job joining the lone residents of ``shared`` at once: it ends by ``t = max q x e_a``; each
-    resident by ``min(q_ba e_b, e_b + t (1 - 1/q_ba))``; both within what the SLO leaves them."""
-    resident, wl_of = cluster.resident, cluster.job_workload
+def multi_join_holds(job, wl, rem, shared, sp, cluster: ClusterState, q, n, now, slo, partner, partner_wl,
+                     remaining) -> bool:
+    """A multi-GPU job joining the lone residents of ``shared`` at once (``partner``, ``partner_wl``,
+    ``remaining`` per GPU: the residents as step 1 left them, jobs it just started included): it ends by
+    ``t = max q x e_a``; each resident by ``min(q_ba e_b, e_b + t (1 - 1/q_ba))``; both within what the SLO
+    leaves them."""
     ea = rem / sp
-    t = max([0.0] + [float(q[wl * n + wl_of[resident[g, 0]]]) for g in shared]) * ea
+    t = max([0.0] + [float(q[wl * n + partner_wl[g]]) for g in shared]) * ea
     start = cluster.job_start[job]
     if not t <= (slo * ea if np.isnan(start) else budget(slo, cluster.job_work[job], sp, now - start)):
         return False
     for g in shared:
-        b = resident[g, 0]
-        q_ba = q[wl_of[b] * n + wl]
-        eb = cluster.job_remaining[b] / cluster.speed[g]
+        b = partner[g]
+        q_ba = q[partner_wl[g] * n + wl]
+        eb = remaining[g] / cluster.speed[g]
         if not min(q_ba * eb, eb + t * (1 - 1 / q_ba)) <= budget(slo, cluster.job_work[b], cluster.speed[g],
                                                                   now - cluster.job_start[b]):
             return False
@@ -169,9 +173,12 @@ def multi_join_holds(job, wl, rem, shared, sp, cluster: ClusterState, q, n, now,
 
 
 def sharewise_placements(queue: Queue, cluster: ClusterState, table: SlowdownTable, now: float, max_slowdown: float,
-                         head: int = 24, quantile: str = "p90", slo_quantile: str = "p90") -> list[Placement]:
+                         head: int = 24, quantile: str = "p90", slo_quantile: str = "p90",
+                         order: str = "sjf") -> list[Placement]:
     """``sharewise(..., preempt=False)`` step by step: candidates, the SJF walk, free GPUs longest first (packed,
-    or PAL's fastest block where placements differ in speed), then multi-GPU joins and one assignment."""
+    or PAL's fastest block where placements differ in speed), then multi-GPU joins and the single-GPU joins:
+    shortest waiting job first on the GPU where it saves most (``order="sjf"``), or one assignment maximizing the
+    summed saving (``"sum"``)."""
     resident, node, n_wl = cluster.resident, cluster.node, len(table)
     occupancy = cluster.occupancy()
     partner = np.where(occupancy == 1, resident[:, 0], -1)
@@ -185,7 +192,7 @@ def sharewise_placements(queue: Queue, cluster: ClusterState, table: SlowdownTab
         return []
     starting, waiting = sjf_walk(queue.remaining[cand], queue.gpus[cand], n_free, head)
     starting, waiting = cand[starting].tolist(), cand[waiting]
-    placements = []
+    placements, started = [], {}
     for i in by_sensitivity(queue, starting):
         job, k = int(queue.job[i]), int(queue.gpus[i])
         speed = cluster.speed_of(job)
@@ -195,20 +202,21 @@ def sharewise_placements(queue: Queue, cluster: ClusterState, table: SlowdownTab
             gpus = fastest_block(occupancy == 0, speed, node, k, cluster.cross_node_slowdown)
         occupancy[gpus] += 1
         partner[gpus], partner_wl[gpus], remaining[gpus] = job, queue.workload[i], queue.remaining[i]
+        started.update({int(g): float(queue.remaining[i]) for g in gpus})
         placements.append(Placement(job, tuple(sorted(int(g) for g in gpus))))
     n_free = int((occupancy == 0).sum())
     single = np.flatnonzero(partner >= 0)
     if waiting.shape[0] == 0 or single.shape[0] == 0:
         return placements
     k_a = queue.gpus[waiting]
-    rel = release_times(cluster, table)
+    rel = release_times(cluster, table, started)
     m = min(int(k_a.sum()) + 1, cluster.n_gpus)
     release_a = rel[np.minimum(np.cumsum(k_a) - 1, m - 1)]
     shared_elsewhere = np.zeros(cluster.job_remaining.shape[0], dtype=bool)
     shared_elsewhere[resident[resident[:, 1] >= 0].ravel()] = True
     sp, res = cluster.speed[single], partner[single]
     job_a = queue.job[waiting]
-    bud = budget(max_slowdown, cluster.job_work[res], sp, now - cluster.job_start[res])
+    bud = budget(max_slowdown, cluster.job_work[res], sp, now - cluster.job_start[res])  # NaN: just started, no join
     bud_a = budget(max_slowdown, cluster.job_work[job_a][:, None], sp[None, :], now - cluster.job_start[job_a][:, None])
     saving = savings(queue.workload[waiting], queue.remaining[waiting], release_a, partner_wl[single],
                      remaining[single] / sp, bud, sp, table, slo_quantile, quantile, max_slowdown, bud_a,
@@ -228,7 +236,8 @@ def sharewise_placements(queue: Queue, cluster: ClusterState, table: SlowdownTab
         gpus = single[best] if free is None else np.concatenate([free, single[best]])
         i = int(waiting[r])
         if not multi_join_holds(int(queue.job[i]), int(queue.workload[i]), float(queue.remaining[i]), single[best],
-                                float(cluster.speed[gpus].min()), cluster, q, n_wl, now, max_slowdown):
+                                float(cluster.speed[gpus].min()), cluster, q, n_wl, now, max_slowdown, partner,
+                                partner_wl, remaining):
             continue
         taken[best] = True
         occupancy[gpus] += 1
@@ -239,6 +248,15 @@ def sharewise_placements(queue: Queue, cluster: ClusterState, table: SlowdownTab
     if rows.shape[0] == 0:
         return placements
     gain = saving[np.ix_(rows, cols)]
+    if order == "sjf":
+        free = np.ones(cols.shape[0], dtype=bool)
+        for r in range(rows.shape[0]):
+            row = np.where(free & (gain[r] > 0), gain[r], -np.inf)
+            c = int(np.argmax(row))
+            if row[c] > 0:
+                free[c] = False
+                placements.append(Placement(int(queue.job[waiting[rows[r]]]), (int(single[cols[c]]),)))
+        return placements
     cost = np.hstack([np.where(gain > 0, -gain, 1e18), np.zeros((rows.shape[0], rows.shape[0]))])
     for r, c in zip(*linear_sum_assignment(cost), strict=True):
         if c < cols.shape[0] and cost[r, c] < 1e18:

@@ -64,7 +64,7 @@ def test_sharewise_kernels_match_the_closed_forms(seed):
         got, n_good = savings(joiners, release_a, single, (partner, partner_wl, rem), speed, job_arrays, pairs, knobs,
                               shared_elsewhere)
         sp = speed[single]
-        bud = budget(slo, work[partner[single]], sp, now - start[partner[single]])
+        bud = budget(slo, work[partner[single]], sp, now - start[partner[single]])  # NaN: started now, no join
         bud_a = budget(slo, work[job_a][:, None], sp[None, :], now - start[job_a][:, None])
         want = savings_oracle(
             wl_a, rem_a, release_a, partner_wl[single], rem[single] / sp, bud, sp, tab, q_slo, q_gain, slo,

@@ -260,3 +260,48 @@ def test_sharewise_restarts_a_preempted_job_before_its_slack_runs_out():
     assert d.wake_at == pytest.approx(8_999.0)
 
 
+
+
+def _two_joiners(**knobs):
+    """One GPU whose job (workload a, 10 s left) runs alone; two jobs wait: 12 s of workload b, 25 s of c. By
+    hand (p50 = p90; ``shared_ends``): the resident ends first next to either, so its stretch decides. Next to b:
+    10 x (2 x 1.2 - 1 - 1.2/1.6) = 6.5 s, saving 10 - 6.5 = 3.5 s; next to c: 10 x (2 x 1.05 - 1 - 1) = 1.0 s,
+    saving 9.0 s. Both save; the shorter job is b."""
+    p50 = np.array([[1.0, 1.2, 1.05], [1.6, 1.0, 1.0], [1.05, 1.0, 1.0]])
+    remaining = np.zeros(20)
+    remaining[0] = 10.0
+    start = np.full(20, np.nan)
+    start[0] = -5.0
+    work = np.ones(20)
+    work[0], work[10], work[11] = 15.0, 12.0, 25.0
+    cluster = make_cluster([[0, -1]], 20, remaining=remaining, start=start, work=work)
+    queue = make_queue([(10, 12.0, 1, 1), (11, 25.0, 1, 2)])
+    return sharewise(queue, cluster, table(p50), 5.0, preempt=False, **knobs)
+
+
+def test_the_shortest_waiting_job_joins_first_as_sjf_bsbf_orders_them():
+    # Issue 41: shortest waiting job first (as SJF-BSBF), each where it saves most; the summed-saving assignment
+    # gave the GPU to the 25 s job, leaving the 12 s one to wait behind it.
+    assert _two_joiners() == [Placement(10, (0,))]
+    assert _two_joiners(share_order="sum") == [Placement(11, (0,))]
+    with pytest.raises(ValueError, match="share_order"):
+        _two_joiners(share_order="best")
+
+
+def test_a_gpu_taken_in_this_call_is_busy_in_the_joiners_alternative():
+    """Two GPUs: GPU 0 free, GPU 1 holding job 0 (workload a, 10 s left, alone). Jobs 10 (5 s) and 11 (12 s,
+    workload b) wait. Step 1 starts job 10 on GPU 0; job 11's alternative to joining is its turn at the GPUs'
+    releases: GPU 0 frees when job 10 ends (5 s), not now, and GPU 1 at 10 s. By hand (p50 = p90 = 1.2 both
+    ways): job 11 ends after the resident: stretch 10 x (2 x 1.2 - 1 - 1) = 4 s; its wait is its turn, 5 s; it
+    saves 1 s and joins GPU 1. Counting GPU 0 as free (release 0), it would save -4 s and wait."""
+    p50 = np.array([[1.2, 1.2, 1.0], [1.2, 1.2, 1.0], [1.0, 1.0, 1.0]])
+    remaining = np.zeros(20)
+    remaining[0] = 10.0
+    start = np.full(20, np.nan)
+    start[0] = -5.0
+    work = np.ones(20)
+    work[0], work[10], work[11] = 15.0, 5.0, 12.0
+    cluster = make_cluster([[-1, -1], [0, -1]], 20, remaining=remaining, start=start, work=work)
+    queue = make_queue([(10, 5.0, 1, 2), (11, 12.0, 1, 1)])
+    got = sharewise(queue, cluster, table(p50), 5.0, preempt=False)
+    assert got == [Placement(10, (0,)), Placement(11, (1,))]

@@ -50,16 +50,19 @@ def sharewise(
     slo = cluster.slo if p.max_slowdown is None else p.max_slowdown
     pairs, k, jobs = pairs_of(table, p.slo_quantile, p.quantile), knobs_of(p, cluster, now, slo), jobs_of(cluster)
     if not p.preempt:
-        decision = placement.place(queue, gpus_of(cluster), jobs, pairs, k)
+        decision = placement.place(queue, gpus_of(cluster), jobs, pairs, k, p.share_order)
     else:
         stage = Stage.of(queue, cluster)
         paused = rescue.pauses(stage, jobs, pairs, k) if p.rescue else []
         stage = after(stage, [], paused)
         restarted, stopped, wake = urgent.restarts(stage, jobs, k)
         stage = after(stage, restarted, stopped)
-        placed = placement.place(stage.queue, stage.gpus, jobs, pairs, k) if len(stage.queue) else []
+        placed = placement.place(stage.queue, stage.gpus, jobs, pairs, k, p.share_order) if len(stage.queue) else []
         if p.rescue and rescue.recheck(placed, stage, queue, unsure_of(table), pairs.n):
             wake = min(wake, now + p.tolerance_s)  # at the next call the cluster has seen the new pair run
+        if p.share_fresh and len(placed) < len(stage.queue) and any(stage.occupancy[list(x.gpus)].max() == 0
+                                                                    for x in placed):
+            wake = min(wake, now + p.tolerance_s)  # a job just started alone: the waiting may join it then
         occupy(stage.occupancy, placed)
         start = restarted + placed
         taken, victims = srpt.preemptions(queue, start, paused + stopped, stage, jobs, k)

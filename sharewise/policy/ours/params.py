@@ -50,6 +50,17 @@ class Params:
     #: Waiting jobs considered for SRPT preemption per call, shortest remaining first (1c8b860; not swept: a
     #: job further back waits for shorter ones anyway).
     srpt_head: int = 32
+    #: How the waiting jobs that may join are matched to shared GPUs: ``"sjf"``, shortest waiting job first, each
+    #: on the GPU where it saves most, as SJF-BSBF orders its jobs; ``"sum"``, one assignment maximizing the
+    #: summed saving (the rule before 2026-12-04, which let a longer job take the GPU a shorter one could join:
+    #: 1.03x SJF-BSBF on the physical benchmark's trace, simulated; issue 41's table in benchmarks/results).
+    share_order: str = "sjf"
+    #: A job started alone on a free GPU in a call may be joined from the next call on; with ``share_fresh`` the
+    #: policy asks to be woken right after such a call (``tolerance_s``) so a waiting job can join it then,
+    #: where otherwise it waits for the next event. Off: on Gavel's heavy cell with predicted slowdowns it cost
+    #: up to 1.26x the average JCT (a long fresh job paired on a mispredicted slowdown), while it closed the
+    #: gap to SJF-BSBF on a one-GPU trace with no events to come (1.006x against 1.14x; issue 41).
+    share_fresh: bool = False
     #: Seconds of tolerance on urgency, so a wake-up never lands at the instant of the call that asked for it;
     #: also the wake-up after a job joins a partner it never ran with (the rescue's check comes then).
     tolerance_s: float = 1.0
@@ -61,6 +72,8 @@ class Params:
         for name in ("quantile", "slo_quantile"):
             if getattr(self, name) not in ("p10", "p50", "p90"):
                 raise ValueError(f"{name} must be 'p10', 'p50' or 'p90', got {getattr(self, name)!r}")
+        if self.share_order not in ("sjf", "sum"):
+            raise ValueError(f"share_order must be 'sjf' or 'sum', got {self.share_order!r}")
 
     @functools.cached_property
     def numbers(self) -> tuple:

@@ -39,12 +39,12 @@ class Placed(NamedTuple):
     cols: np.ndarray
 
 
-def place(queue: Queue, gpus: Gpus, jobs: Jobs, pairs: Pairs, knobs: Knobs) -> list[Placement]:
+def place(queue: Queue, gpus: Gpus, jobs: Jobs, pairs: Pairs, knobs: Knobs, order: str = "sum") -> list[Placement]:
     """Steps 1 and 2 of ``sharewise`` on the cluster ``gpus``, ``jobs``: the placements, in order (starts on
     free GPUs, multi-GPU joins, then the assignment's joins)."""
     placed = place_kernel(tuple(gpus), tuple(jobs), tuple(waiting_of(queue)), tuple(pairs), tuple(knobs))
     return (_rows(queue, placed.started, placed.start_gpus) + _rows(queue, placed.joined, placed.join_gpus)
-            + assign(queue.job, placed.single, placed.cost, placed.rows, placed.cols))
+            + assign(queue.job, placed.single, placed.cost, placed.rows, placed.cols, order))
 
 
 def _rows(queue: Queue, positions: np.ndarray, gpus: np.ndarray) -> list[Placement]:

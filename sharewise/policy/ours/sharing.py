@@ -36,20 +36,25 @@ def release_times(cluster: ClusterState, table: SlowdownTable, m: int | None = N
     Example: a GPU free, one whose job has 100 s left at speed 0.5 and a pair ending at 300 s give
     ``[0.0, 200.0, 300.0]``.
     """
+    started = np.full(cluster.n_gpus, np.nan)
     return releases(cluster.resident, cluster.job_remaining, cluster.job_workload, cluster.speed, table.allowed,
-                    table.p50, cluster.n_gpus if m is None else min(m, cluster.n_gpus))
+                    table.p50, cluster.n_gpus if m is None else min(m, cluster.n_gpus), started)
 
 
 @kernel
-def releases(resident, remaining, workload, speed, allowed, p50, m):  # pragma: no cover - compiled
+def releases(resident, remaining, workload, speed, allowed, p50, m, started):  # pragma: no cover - compiled
     """``release_times`` on arrays: the ``m`` soonest, ascending. A pair's release is the later of its two ends
-    (``slo.shared_ends``); neighbouring GPUs of the same job(s) at the same speed are computed once."""
+    (``slo.shared_ends``); neighbouring GPUs of the same job(s) at the same speed are computed once. A GPU free in
+    ``resident`` that this call just gave a job (``started[gpu]``: that job's remaining exclusive time, NaN for
+    none) is released when that job ends, not now."""
     n_gpus = resident.shape[0]
     out = np.zeros(n_gpus)
     for gpu in range(n_gpus):
         a = resident[gpu, 0]
         b = resident[gpu, 1]
         if a < 0:
+            if not np.isnan(started[gpu]):
+                out[gpu] = started[gpu] / speed[gpu]
             continue
         if gpu > 0 and resident[gpu - 1, 0] == a and resident[gpu - 1, 1] == b and speed[gpu - 1] == speed[gpu]:
             out[gpu] = out[gpu - 1]
@@ -103,8 +108,8 @@ def savings(joiners, release, single, lone, speed, jobs, pairs, knobs, shared_el
                         n_good[i] += 1
                 continue
         last = j
-        if shared_elsewhere[res]:
-            continue
+        if shared_elsewhere[res] or np.isnan(job_start[res]):
+            continue  # a job step 1 just started here is offered from the next call on (Params.share_fresh)
         eb = remaining[gpu] / sp
         bud = budget(max_slowdown, job_work[res], sp, now - job_start[res])
         if eb > bud:
@@ -153,8 +158,14 @@ def gains(joiners, lone, gpus, jobs, pairs, knobs):  # pragma: no cover - compil
     total = 0
     for i in range(k_a.shape[0]):
         total += k_a[i]
+    # The alternative to joining is the joiner's turn at a GPU that frees up; a GPU step 1 gave a job in this call
+    # frees only when that job ends (the joiners' SJF-BSBF alternative too: wait for the resident to end).
+    started = np.full(n_gpus, np.nan)
+    for gpu in range(n_gpus):
+        if gpus.resident[gpu, 0] < 0 and partner[gpu] >= 0:
+            started[gpu] = lone[2][gpu]
     release = releases(gpus.resident, jobs.remaining, jobs.workload, gpus.speed, pairs.allowed, pairs.p50,
-                       min(total + 1, n_gpus))
+                       min(total + 1, n_gpus), started)
     release_a = np.empty(k_a.shape[0])
     turn = -1
     for i in range(k_a.shape[0]):
@@ -234,7 +245,7 @@ def best_columns(row, need):  # pragma: no cover - compiled; tested against the 
 
 
 @kernel
-def multi_join_holds(job, wl, rem, shared, sp, gpus, jobs, q, n, now, max_slowdown):  # pragma: no cover
+def multi_join_holds(job, wl, rem, shared, sp, lone, gpus, jobs, q, n, now, max_slowdown):  # pragma: no cover
     """The SLO check of a multi-GPU job (``job``, workload ``wl``, ``rem`` exclusive seconds left, ``sp`` the
     speed of its slowest GPU) joining the lone residents of GPUs ``shared``, all at once; ``q`` at the SLO's
     quantile, flattened.
@@ -246,20 +257,21 @@ def multi_join_holds(job, wl, rem, shared, sp, gpus, jobs, q, n, now, max_slowdo
     its slowest GPU); resident ``b`` then ends by ``slo.end_bound`` (it shares for ``t`` at most). Both must fit
     the budget the SLO leaves each job, counting what it has already run (a preempted joiner too).
     """
-    resident, job_workload = gpus.resident, jobs.workload
+    partner, partner_wl, remaining = lone[0], lone[1], lone[2]
     ea = rem / sp
     q_max = 0.0
     for c in range(shared.shape[0]):
-        q_max = max(q_max, q[wl * n + job_workload[resident[shared[c], 0]]])
+        q_max = max(q_max, q[wl * n + partner_wl[shared[c]]])
     t = q_max * ea
     if not t <= joiner_budget(max_slowdown, jobs.work[job], ea, sp, jobs.start[job], now):
         return False
     for c in range(shared.shape[0]):
         g = shared[c]
-        b = resident[g, 0]
-        q_ba = q[job_workload[b] * n + wl]
-        eb = jobs.remaining[b] / gpus.speed[g]
-        if not end_bound(q_ba, eb, t) <= budget(max_slowdown, jobs.work[b], gpus.speed[g], now - jobs.start[b]):
+        b = partner[g]
+        q_ba = q[partner_wl[g] * n + wl]
+        eb = remaining[g] / gpus.speed[g]
+        left = budget(max_slowdown, jobs.work[b], gpus.speed[g], now - jobs.start[b])
+        if not end_bound(q_ba, eb, t) <= left:
             return False
     return True
 
@@ -307,8 +319,8 @@ def offer(occ, n_free, lone, rows, gpus, jobs, waiting, pairs, knobs):  # pragma
         for c in range(chosen.shape[0]):
             sp = min(sp, gpus.speed[chosen[c]])
         i = rows[r]
-        if not multi_join_holds(waiting.job[i], waiting.workload[i], waiting.remaining[i], shared, sp, gpus, jobs,
-                                pairs.q, pairs.n, knobs.now, knobs.slo):
+        if not multi_join_holds(waiting.job[i], waiting.workload[i], waiting.remaining[i], shared, sp, lone, gpus,
+                                jobs, pairs.q, pairs.n, knobs.now, knobs.slo):
             continue
         for c in range(need):
             taken[best[c]] = True
@@ -351,14 +363,22 @@ def assignment_costs(saving, k_a, taken, forbidden):  # pragma: no cover - compi
     return cost, rows, cols
 
 
-def assign(job: np.ndarray, single: np.ndarray, cost: np.ndarray, rows: np.ndarray, cols: np.ndarray
-           ) -> list[Placement]:
+def assign(job: np.ndarray, single: np.ndarray, cost: np.ndarray, rows: np.ndarray, cols: np.ndarray,
+           order: str = "sum") -> list[Placement]:
     """Solve the assignment of the waiting jobs at queue positions ``rows`` (ids ``job``) to GPUs
     ``single[cols]`` (``cost`` from ``assignment_costs``: one zero column per job for waiting)."""
     if rows.shape[0] == 0:
         return []
     placements = []
     n_cols = cols.shape[0]
+    if order == "sjf":
+        free = np.ones(n_cols, dtype=bool)
+        for r in range(rows.shape[0]):
+            c = int(np.argmin(np.where(free, cost[r, :n_cols], np.inf))) if free.any() else -1
+            if c >= 0 and cost[r, c] < FORBIDDEN:
+                free[c] = False
+                placements.append(Placement(int(job[rows[r]]), (int(single[cols[c]]),)))
+        return placements
     for r, c in zip(*linear_sum_assignment(cost), strict=True):
         if c < n_cols and cost[r, c] < FORBIDDEN:
             placements.append(Placement(int(job[rows[r]]), (int(single[cols[c]]),)))
