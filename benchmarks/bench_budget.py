@@ -24,12 +24,13 @@ from pathlib import Path
 import pandas as pd
 
 from sharewise.datasets import read_datasets
+from sharewise.datasets.public import public_data_root
 from sharewise.predictor import ordered_rows
 from sharewise.predictor.budget import evaluate_budget
 from sharewise.predictor.choices import BUDGET_STRATEGIES, K_CURVE
 from sharewise.predictor.evaluation import evaluate
 
-GAVEL_FILE = Path(__file__).resolve().parents[2] / "shared" / "data" / "gavel" / "simulation_throughputs.json"
+GAVEL_FILE = public_data_root() / "gavel" / "simulation_throughputs.json"
 TARGETS = {"k0": 17.0, "k2_active": 14.0, "ratio": 0.8, "coverage": (75.0, 85.0)}
 
 

@@ -26,11 +26,12 @@ import numpy as np
 import pandas as pd
 
 from sharewise.datasets import read_datasets
+from sharewise.datasets.public import public_data_root
 from sharewise.predictor import cross_validate, ordered_rows
 from sharewise.predictor.evaluation import summarize
 from sharewise.predictor.pair_features import PairRows, base_columns
 
-GAVEL_FILE = Path(__file__).resolve().parents[2] / "shared" / "data" / "gavel" / "simulation_throughputs.json"
+GAVEL_FILE = public_data_root() / "gavel" / "simulation_throughputs.json"
 
 
 def indicator_r2(meta: pd.DataFrame, y: np.ndarray, partner: bool) -> tuple[float, float]:

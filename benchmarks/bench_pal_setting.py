@@ -15,7 +15,7 @@ be against Packed-Non-Sticky: both are shown); the ablations PAL's paper does no
 only ordering, packing and free migration remain; a 60 s migration cost); sharewise against PAL, and without
 its re-placement; and how the headline moves with the draw (other seeds, and numpy's legacy stream).
 
-    .venv/bin/python benchmarks/bench_pal_setting.py [--data-root ../shared/data] [--seeds 20] [--json OUT]
+    .venv/bin/python benchmarks/bench_pal_setting.py [--data-root DIR] [--seeds 20] [--json OUT]
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
+from sharewise.datasets.public import public_data_root
+
 N_GPUS, PER_NODE, ROUND_S, CROSS, MIGRATION_S = 64, 4, 360.0, 1.7, 60.0
 PS, PNS, PMF, PAL = "packed-sticky-artifact", "packed-non-sticky", "pm-first-artifact", "pal-artifact"
 OURS = "sharewise"
@@ -42,14 +43,6 @@ SHORT = {PS: "PS", PNS: "PNS", PMF: "PM-First", PAL: "PAL", "packed-sticky": "ps
 PAPER = {PMF: "0.60", PAL: "0.57-0.58"}
 WITHIN = 0.01  # sharewise must be within 1% of PAL's average JCT (geometric mean over the traces)
 BAD = 1.5  # a class-A factor above this marks one of the few runs on Longhorn's two bad nodes
-
-
-def find_data_root() -> Path:
-    """The first ``shared/data`` beside the repository or above it (a worktree may sit deeper)."""
-    for folder in REPO.parents:
-        if (folder / "shared" / "data" / "pal").is_dir():
-            return folder / "shared" / "data"
-    return REPO.parent / "shared" / "data"
 
 
 def prepare_traces(pal: Path) -> list:
@@ -119,10 +112,11 @@ def describe(variability) -> str:
 
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data-root", type=Path, default=find_data_root())
+    parser.add_argument("--data-root", type=Path, default=None, help="Default: data/ ($SHAREWISE_DATA).")
     parser.add_argument("--seeds", type=int, default=20, help="Other draws (seeds 0..N-1) for the sensitivity.")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
+    args.data_root = public_data_root(args.data_root)
     pal = args.data_root / "pal"
     if not (pal / "profiles.json").is_file():
         raise SystemExit(f"PAL's data not found under {args.data_root}; pass --data-root")

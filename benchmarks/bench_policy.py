@@ -18,7 +18,7 @@ For each: the whole command (``recommend()``: model load, dataset read, predicti
 the pairing, explanations) and the pairing alone, with its method, and the expected work rate
 (GPU-equivalents) of the exact and greedy pairings.
 
-    .venv/bin/python benchmarks/bench_policy.py [--data-root ../shared/data] [--jobs 100000] [--gpus 50000]
+    .venv/bin/python benchmarks/bench_policy.py [--data-root DIR] [--jobs 100000] [--gpus 50000]
         [--cli-runs 5]
 """
 
@@ -35,6 +35,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+from sharewise.datasets.public import public_data_root
 
 REPO = Path(__file__).resolve().parents[1]
 TARGET_S = 2.0
@@ -175,11 +177,12 @@ def run(data_root: Path, n_jobs: int, n_gpus: int, runs: int) -> None:
 
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data-root", type=Path, default=REPO.parent / "shared" / "data")
+    parser.add_argument("--data-root", type=Path, default=None, help="Default: data/ ($SHAREWISE_DATA).")
     parser.add_argument("--jobs", type=int, default=100_000)
     parser.add_argument("--gpus", type=int, default=50_000)
     parser.add_argument("--cli-runs", type=int, default=5)
     args = parser.parse_args(argv)
+    args.data_root = public_data_root(args.data_root)
     if not (args.data_root / "gavel").is_dir():
         raise SystemExit(f"public data not found under {args.data_root}; pass --data-root")
     run(args.data_root, args.jobs, args.gpus, args.cli_runs)

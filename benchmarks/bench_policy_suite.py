@@ -23,7 +23,7 @@ sharing alone is bought with SLO violations).
 
 Cells run in parallel processes (``--workers``), or as Ray tasks on a cluster with ``--address``.
 
-    .venv/bin/python benchmarks/bench_policy_suite.py [--data-root ../shared/data] [--workers 2]
+    .venv/bin/python benchmarks/bench_policy_suite.py [--data-root DIR] [--workers 2]
         [--philly-gpus 512] [--skip-philly] [--only SUBSTRING] [--json OUT.json] [--address ADDR]
 """
 
@@ -38,6 +38,8 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from sharewise.datasets.public import public_data_root
 
 REPO = Path(__file__).resolve().parents[1]
 SHARING = ("sjf-ffs", "sjf-bsbf", "sharewise")
@@ -325,7 +327,7 @@ def report(results: list[dict]) -> dict:
 
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data-root", type=Path, default=REPO.parent / "shared" / "data")
+    parser.add_argument("--data-root", type=Path, default=None, help="Default: data/ ($SHAREWISE_DATA).")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--address", default=None, help="Run cells as Ray tasks on this cluster.")
     parser.add_argument("--philly-gpus", type=int, default=512)
@@ -333,6 +335,7 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--only", default=None, help="Run only cells whose name contains this.")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
+    args.data_root = public_data_root(args.data_root)
     if not (args.data_root / "gavel").is_dir():
         raise SystemExit(f"public data not found under {args.data_root}; pass --data-root")
     began = time.perf_counter()

@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from sharewise.datasets import read_datasets
+from sharewise.datasets.public import public_data_root
 from sharewise.datasets.store import Dataset, resolve_dataset_path
 from sharewise.datasets.synthetic import synthetic_tables
 from sharewise.predictor import SlowdownRegressor, cross_validate, ordered_rows, predict_pairs, train_model
@@ -33,7 +34,7 @@ from sharewise.predictor.evaluation import summarize
 from sharewise.predictor.metrics import slowdown_metrics
 from sharewise.predictor.pair_features import pair_feature_matrix_indexed
 
-GAVEL_FILE = Path(__file__).resolve().parents[2] / "shared" / "data" / "gavel" / "simulation_throughputs.json"
+GAVEL_FILE = public_data_root() / "gavel" / "simulation_throughputs.json"
 ISSUE_REFERENCE = {"median": 25.1, "xgb_isolated": 21.4, "model": 15.0}
 # The previous default configuration, kept as the side-by-side reference of the speed benchmark and as
 # the regressor of the issue's "XGBoost on isolated throughput, batch size and GPU type" baseline.

@@ -16,7 +16,7 @@ anything is timed; ``--cold`` gives them a fresh cache, so that time is the kern
 the metrics); ``--expect IN.json`` compares against one written by other code, so a speed-up can show it
 schedules exactly as before.
 
-    .venv/bin/python benchmarks/bench_simulator.py [--data-root ../shared/data] [--gpus 512] [--rounds 3]
+    .venv/bin/python benchmarks/bench_simulator.py [--data-root DIR] [--gpus 512] [--rounds 3]
         [--all | --policy NAME ...] [--max-jobs N] [--cold] [--schedules OUT.json] [--expect IN.json] [--json OUT.json]
 """
 
@@ -34,6 +34,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from sharewise.datasets.public import public_data_root
 
 REPO = Path(__file__).resolve().parents[1]
 TARGET_S = 20.0
@@ -53,7 +55,7 @@ def fingerprint(result) -> dict:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data-root", type=Path, default=REPO.parent / "shared" / "data")
+    parser.add_argument("--data-root", type=Path, default=None, help="Default: data/ ($SHAREWISE_DATA).")
     parser.add_argument("--gpus", type=int, default=512)
     parser.add_argument("--rounds", type=int, default=1, help="side-by-side rounds of sharewise and sjf-bsbf")
     parser.add_argument("--all", action="store_true", help="also run every other registered policy once")
@@ -64,6 +66,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--cold", action="store_true", help="compile the numba kernels afresh (a temporary cache)")
     args = parser.parse_args(argv)
+    args.data_root = public_data_root(args.data_root)
     if args.cold:  # before sharewise.policy imports numba
         os.environ["NUMBA_CACHE_DIR"] = tempfile.mkdtemp(prefix="sharewise-numba-cold-")
     if not (args.data_root / "philly").is_dir():

@@ -26,9 +26,9 @@ code of this checkout and with the package at ``OLD_SRC`` (a folder holding anot
 ``git archive BASE sharewise | tar -x -C OLD_SRC``), each call in a fresh process, interleaved, best of ``--repeats``;
 it prints the ratio new / old (on a shared machine, indicative only).
 
-    .venv/bin/python benchmarks/check_predictions.py --save before.json [--data-root ../shared/data]
-    .venv/bin/python benchmarks/check_predictions.py --compare before.json [--data-root ../shared/data]
-    .venv/bin/python benchmarks/check_predictions.py --speed /tmp/old-src [--data-root ../shared/data]
+    .venv/bin/python benchmarks/check_predictions.py --save before.json [--data-root DIR]
+    .venv/bin/python benchmarks/check_predictions.py --compare before.json [--data-root DIR]
+    .venv/bin/python benchmarks/check_predictions.py --speed /tmp/old-src [--data-root DIR]
 """
 
 from __future__ import annotations
@@ -45,6 +45,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+from sharewise.datasets.public import public_data_root
 
 REPO = Path(__file__).resolve().parents[1]
 #: Relative change below which a difference is a float-order change, not a change of a value.
@@ -297,7 +299,7 @@ def speed(old_src: Path, datasets: dict[str, str], repeats: int) -> None:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data-root", type=Path, default=REPO.parent / "shared" / "data")
+    parser.add_argument("--data-root", type=Path, default=None, help="Default: data/ ($SHAREWISE_DATA).")
     group = parser.add_mutually_exclusive_group(required=True)
     group.add_argument("--save", type=Path)
     group.add_argument("--compare", type=Path)
@@ -306,6 +308,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--work", type=Path, default=None, help="Folder for Gavel's import (kept; default temporary).")
     args = parser.parse_args(argv)
+    args.data_root = public_data_root(args.data_root)
     with tempfile.TemporaryDirectory(prefix="sharewise-predictions-") as tmp:
         work = args.work or Path(tmp)
         datasets = {"reference": "reference", "gavel": str(gavel_dataset(args.data_root, work))}

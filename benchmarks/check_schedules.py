@@ -24,8 +24,10 @@ from pathlib import Path
 
 import numpy as np
 
+from sharewise.datasets.public import public_data_root
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_policy_suite import NO_PREEMPT, NO_RESCUE, NO_SLO, OURS, REPO, Cell, prepare  # noqa: E402
+from bench_policy_suite import NO_PREEMPT, NO_RESCUE, NO_SLO, OURS, Cell, prepare  # noqa: E402
 
 ABLATIONS = ((NO_PREEMPT, {"preempt": False}), (NO_RESCUE, {"rescue": False}),
              (NO_SLO, {"preempt": False, "max_slowdown": math.inf}))
@@ -86,7 +88,7 @@ def compare(before: dict, after: dict) -> int:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data-root", type=Path, default=REPO.parent / "shared" / "data")
+    parser.add_argument("--data-root", type=Path, default=None, help="Default: data/ ($SHAREWISE_DATA).")
     group = parser.add_mutually_exclusive_group(required=True)
     group.add_argument("--save", type=Path)
     group.add_argument("--compare", type=Path)
@@ -95,6 +97,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--only", default=None, help="Only cells whose name contains this.")
     parser.add_argument("--workers", type=int, default=1)
     args = parser.parse_args(argv)
+    args.data_root = public_data_root(args.data_root)
     if not (args.data_root / "gavel").is_dir():
         raise SystemExit(f"public data not found under {args.data_root}; pass --data-root")
     began = time.perf_counter()

@@ -24,6 +24,10 @@ class DatasetError(SharewiseError, ValueError):
     """A dataset folder that is missing, empty or unusable."""
 
 
+class PublicDataNotFoundError(SharewiseError, FileNotFoundError):
+    """The public data (Gavel, Philly, PAL) is not where sharewise looks: an installed wheel carries none."""
+
+
 class DatasetLockedError(SharewiseError, RuntimeError):
     """Another campaign holds the dataset folder's lock."""
 

@@ -1,4 +1,4 @@
-"""Shared test fixtures: a hermetic feature cache, GPU skipping, the path of the public data."""
+"""Shared test fixtures: a hermetic feature cache, GPU skipping, the public data folder."""
 
 from __future__ import annotations
 
@@ -16,19 +16,6 @@ REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"
 USER_WORKLOADS = FIXTURES / "user_workloads.py"
 
-
-def _shared_data() -> Path:
-    """The public data folder: ``$SHAREWISE_SHARED_DATA``, else the first ``shared/data`` beside the repository
-    or above it (a worktree may sit deeper than the main checkout), else where it would be beside the repo."""
-    if os.environ.get("SHAREWISE_SHARED_DATA"):
-        return Path(os.environ["SHAREWISE_SHARED_DATA"])
-    for folder in REPO.parents:
-        if (folder / "shared" / "data").is_dir():
-            return folder / "shared" / "data"
-    return REPO.parent / "shared" / "data"
-
-
-SHARED_DATA = _shared_data()
 
 # Features are cached per user; tests must neither read a developer's cache nor leave one behind.
 os.environ.setdefault("SHAREWISE_CACHE_DIR", tempfile.mkdtemp(prefix="sharewise-test-cache-"))
@@ -64,10 +51,13 @@ def user_spec():
 
 
 @pytest.fixture
-def shared_data() -> Path:
-    if not SHARED_DATA.is_dir():
-        pytest.skip(f"public data folder {SHARED_DATA} is absent (it sits beside the repo in the workplace)")
-    return SHARED_DATA
+def public_data() -> Path:
+    """The public data folder: ``$SHAREWISE_DATA``, else this checkout's ``data/`` (also when sharewise was
+    installed from a wheel). A test using it never skips: without the data it fails with the error saying how to
+    fix it."""
+    from sharewise.datasets.public import ENV_VAR, public_data_root
+
+    return public_data_root(None if os.environ.get(ENV_VAR) else REPO / "data")
 
 
 LITERAL_WORKLOADS = {"w0": (1.0, 0.9), "w1": (2.0, 0.5), "w2": (0.5, 0.8), "w3": (1.5, 0.3)}  # (flops, busy)

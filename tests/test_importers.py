@@ -1,4 +1,4 @@
-"""Tests of the importers (Gavel JSON, generic CSV) on literal files, and on ../shared/data when present."""
+"""Tests of the importers (Gavel JSON, generic CSV) on literal files, and on the public data in data/."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ import json
 
 import numpy as np
 import pytest
-from conftest import SHARED_DATA
 
 from sharewise.datasets.importers import IMPORTERS, get_importer
 from sharewise.datasets.importers import gavel as gavel_module
@@ -14,8 +13,6 @@ from sharewise.datasets.importers.gavel import import_gavel, parse_job_type
 from sharewise.datasets.importers.generic_csv import import_csv
 from sharewise.datasets.store import Dataset
 from sharewise.errors import ConfigError, DatasetError, SchemaError
-
-GAVEL_FILE = SHARED_DATA / "gavel" / "simulation_throughputs.json"
 
 R18 = "('ResNet-18 (batch size 16)', 1)"
 LM = "('LM (batch size 20)', 1)"
@@ -131,9 +128,8 @@ def test_gavel_bad_file(tmp_path):
         import_gavel(bad, tmp_path / "ds")
 
 
-@pytest.mark.skipif(not GAVEL_FILE.is_file(), reason=f"public Gavel data not found at {GAVEL_FILE}")
-def test_gavel_shared_data(tmp_path):
-    result = import_gavel(GAVEL_FILE, tmp_path / "gavel")
+def test_gavel_public_data(public_data, tmp_path):
+    result = import_gavel(public_data / "gavel" / "simulation_throughputs.json", tmp_path / "gavel")
     assert result.devices == ["k80", "p100", "v100"]
     assert result.pairs_ok == 976  # the README's feasible single-GPU pairs
     assert len(result.workloads) == 26

@@ -238,9 +238,9 @@ def test_simulate_pal_setting_from_files(tmp_path, capsys):
     assert "no variability class for workload(s) ['bert', 'pointnet']" in capsys.readouterr().err
 
 
-# ---- PAL's public data (skipped when ../shared/data is absent) --------------------------------------------
-def test_pal_public_traces_and_measurements(shared_data):
-    pal = shared_data / "pal"
+# ---- PAL's public data (data/pal at the repository root) ----------------------------------------------------
+def test_pal_public_traces_and_measurements(public_data):
+    pal = public_data / "pal"
     var = read_variability(pal / "profiles.json", 64, class_of=pal_class_mapping())
     assert var.classes == ("classA", "classB", "classC", "classD") and var.factors.shape == (4, 64)
     assert np.array_equal(var.factors, read_variability(pal / "profiles.json", 64).factors)  # seeded

@@ -492,22 +492,22 @@ def test_cli_ambiguous_device_lists_names(tmp_path, capsys):
     assert "gpu-x" in err and "gpu-y" in err and "--device-name" in err
 
 
-# ---- public traces (skipped when ../shared/data is absent) -------------------------------------------
-def test_public_traces_load(shared_data, tmp_path):
+# ---- public traces (data/ at the repository root) -------------------------------------------------------
+def test_public_traces_load(public_data, tmp_path):
     from sharewise.datasets.importers.gavel import import_gavel
 
-    import_gavel(shared_data / "gavel" / "simulation_throughputs.json", tmp_path / "gavel")
+    import_gavel(public_data / "gavel" / "simulation_throughputs.json", tmp_path / "gavel")
     profiles = Dataset(tmp_path / "gavel").read_profiles()
     v100 = profiles[profiles["device_name"] == "v100"]
     trace = read_gavel_trace(
-        shared_data / "gavel" / "traces_msr_seed0" / "6214e9.trace",
+        public_data / "gavel" / "traces_msr_seed0" / "6214e9.trace",
         TraceContext(throughputs=dict(zip(v100["workload"], v100["throughput"], strict=True))),
     )
     assert len(trace) == 2000 and trace.gpus.max() == 8
-    philly = read_philly_csv(shared_data / "philly" / "philly.csv", TraceContext(workloads=["a", "b"]))
+    philly = read_philly_csv(public_data / "philly" / "philly.csv", TraceContext(workloads=["a", "b"]))
     assert len(philly) == 82247 and np.all(np.diff(philly.arrival) >= 0)
     cfg = SimulationConfig(
-        trace=str(shared_data / "gavel" / "traces_msr_seed0" / "6214e9.trace"),
+        trace=str(public_data / "gavel" / "traces_msr_seed0" / "6214e9.trace"),
         data=str(tmp_path / "gavel"),
         device_name="v100",
         oracle=True,

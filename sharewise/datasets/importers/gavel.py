@@ -391,7 +391,7 @@ def _run(request: ImportRequest) -> ImportResult:
 IMPORTER = Importer(
     name="gavel",
     summary="Import Gavel's measured co-location throughputs (K80, P100, V100).",
-    example="sharewise import gavel ../shared/data/gavel/simulation_throughputs.json --out gavel-ds",
+    example="sharewise import gavel data/gavel/simulation_throughputs.json --out gavel-ds",
     inputs=(ImportInput("path", "Gavel's simulation_throughputs.json."),),
     flags=(ImportFlag("no_static", "Skip the zoo's device-independent features."),),
     run=_run,
