@@ -26,10 +26,13 @@ import math
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+
+from sharewise.datasets.store import write_json_atomic
 
 REPO = Path(__file__).resolve().parents[1]
 POLICIES = ("exclusive-sjf", "sjf-bsbf", "sharewise")
@@ -78,17 +81,29 @@ def one_repeat(trace: Path, out: Path, args) -> dict:
         cmd += ["--round-s", str(args.round_s)]
     if args.size:
         cmd += ["--size", args.size]
+    saved = out.with_name(out.name + ".json")  # this repeat's result, written once it is finished
+    if saved.is_file():
+        return json.loads(saved.read_text())
+    resumed = (out / "sitting.json").is_file()
     busy0, t0 = busy_seconds(), time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    own = _tree_cpu_until_exit(proc)
-    stdout, stderr = proc.communicate()
+    # Output to files, not pipes: the JSON is larger than a pipe's buffer, and the CPU sampling below waits for the
+    # process to exit before anything reads its output (a pipe deadlocked once a run's JSON passed 64 KiB).
+    with tempfile.TemporaryFile("w+") as fout, tempfile.TemporaryFile("w+") as ferr:
+        proc = subprocess.Popen(cmd, stdout=fout, stderr=ferr, text=True)
+        own = _tree_cpu_until_exit(proc)
+        proc.wait()
+        fout.seek(0), ferr.seek(0)
+        stdout, stderr = fout.read(), ferr.read()
     wall = time.monotonic() - t0
     if proc.returncode != 0:
         raise SystemExit(f"sharewise run failed ({proc.returncode}):\n{stderr[-3000:]}")
     result = json.loads(stdout)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    result["foreign_share"] = max(0.0, (busy_seconds() - busy0 - own) / (wall * cores))
+    # A resumed repeat ran (part of) its jobs in an earlier call: its foreign load was not measured here.
+    result["foreign_share"] = (math.nan if resumed else
+                               max(0.0, (busy_seconds() - busy0 - own) / (wall * cores)))
     result["wall_s"] = wall
+    write_json_atomic(saved, result)
     return result
 
 
@@ -183,6 +198,9 @@ def main(argv: list[str]) -> None:
                         help="Write the trace to this file and stop (scripts/gpu_check.sh runs it itself).")
     parser.add_argument("--out", type=Path, default=REPO / "runs" / "bench-physical")
     parser.add_argument("--json", type=Path, default=None, help="Also write every repeat's result here.")
+    parser.add_argument("--resume", default=None, metavar="STAMP",
+                        help="Resume the repeats of an earlier call (its run folders OUT/STAMP-rK): a finished repeat's "
+                             "saved result is reused, an unfinished run resumes where it stopped.")
     args = parser.parse_args(argv)
     if not 0 < args.min_s <= args.max_s:
         parser.error(f"--min-s and --max-s must satisfy 0 < min <= max, got {args.min_s} and {args.max_s}")
@@ -193,7 +211,7 @@ def main(argv: list[str]) -> None:
               f"{sum(r['duration_s'] for r in rows):.0f} s in all, last arrival at {rows[-1]['arrival_s']:.0f} s")
         return
     args.out.mkdir(parents=True, exist_ok=True)
-    stamp = time.strftime("%Y%m%dT%H%M%S")
+    stamp = args.resume or time.strftime("%Y%m%dT%H%M%S")
     trace = args.out / f"trace-seed{args.seed}.csv"
     rows = make_trace(trace, args.jobs, args.seed, args.load, args.data, args.min_s, args.max_s,
                       tuple(args.workloads))
@@ -209,8 +227,11 @@ def main(argv: list[str]) -> None:
               f"{results[-1]['foreign_share']:.1%}", flush=True)
     report(results)
     if args.json:
-        args.json.write_text(json.dumps(results, indent=1, default=lambda v: None if isinstance(v, float) and
-                                        not math.isfinite(v) else str(v)))
+        args.json.write_text(json.dumps(results, indent=1, default=_json_default))
+
+
+def _json_default(v):
+    return None if isinstance(v, float) and not math.isfinite(v) else str(v)
 
 
 if __name__ == "__main__":
