@@ -11,7 +11,11 @@ The same scheduling loop and policy objects as ``simulate`` (``sharewise.engine.
    step time and start-up time are those of this sitting (this machine's speed moves by a third from day to
    day); the policies' unit of work is that step time. Kept in ``RUNDIR/sitting.json``.
 3. **Run** each policy: ``RUNDIR/<policy>/run.json`` with every job's arrival, starts, pauses, finish, JCT,
-   realized slowdown and status, and the metrics of ``simulate``. Pairs that share a slot are measured as they
+   realized slowdown, length and status, and the metrics of ``simulate`` (averages over the jobs that
+   finished; a failed job is counted and named with its reason). A training command may leave its length
+   out: the policies see an estimate until the real length is known (``sharewise.runtime.lengths``); every
+   policy of one call starts from the same estimates. With ``metrics_port`` the run serves live Prometheus
+   metrics (``sharewise.runtime.metrics``). Pairs that share a slot are measured as they
    run and written as observed pair rows to ``RUNDIR/observed/`` (a dataset folder ``sharewise train`` reads).
    After every event the loop's state is saved (``RUNDIR/<policy>/state.json``); a stopped run resumes from it.
 4. **Compare** (``compare_sim``): the same trace simulated on the same slots under the same policy, with the
@@ -27,7 +31,7 @@ import json
 import math
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -40,15 +44,18 @@ from sharewise.app.run_inputs import (
     PhysicalConfig,
     RunInputs,
     calibrate,
+    job_lengths,
     prepare,
     step_times,
 )
+from sharewise.command_spec import is_command_spec
 from sharewise.datasets.store import Dataset, utc_now, write_json_atomic
 from sharewise.engine.cluster import Cluster
 from sharewise.engine.loop import DONE, FAILED, SchedulingLoop
 from sharewise.engine.result import RunResult
 from sharewise.policy import get_policy, warm_up
 from sharewise.runtime.jobs import JobSpec
+from sharewise.runtime.lengths import Length
 from sharewise.runtime.sitting import Sitting
 from sharewise.runtime.slots import Layout
 from sharewise.runtime.world import RealWorld
@@ -67,6 +74,14 @@ class PolicyRun:
     complete: bool
     wall_s: float
     observed_pairs: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def failures(self) -> list[dict]:
+        """The jobs that ended failed: ``[{"job_id": "z", "workload": "crash", "status": "failed",
+        "message": "exit code 1: ..."}]``."""
+        return [{"job_id": j["job_id"], "workload": j["workload"], "status": j["status"],
+                 "message": (j.get("exit") or {}).get("message", "")}
+                for j in self.jobs if j["status"] not in ("done", "unfinished")]
 
 
 @dataclass
@@ -92,14 +107,20 @@ class RunReport:
             "policies": {name: _rounded(r.result.metrics) for name, r in self.runs.items()},
         }
 
+    def failed_jobs(self) -> int:
+        """How many jobs failed over every policy's run (``sharewise run`` then exits 1)."""
+        return sum(len(r.failures()) for r in self.runs.values())
+
     def to_json(self) -> dict:
-        """Return the ``--json`` object: the metrics of every run, the verdict, the comparison, the notes."""
+        """Return the ``--json`` object: the metrics of every run, the verdict (failed jobs named first, with
+        their reasons), the failures, the comparison, the notes."""
         from sharewise.app.simulate import verdict
 
         out = self.metrics_json()
         out["device"] = {"kind": self.layout.device, "mode": self.layout.mode, "slots": self.layout.n_slots,
                          "device_name": self.layout.device_name}
-        out["verdict"] = verdict(out, unit=("s", 1.0))
+        out["failures"] = {name: r.failures() for name, r in self.runs.items()}
+        out["verdict"] = _failure_lines(out) + verdict(out, unit=("s", 1.0))
         out["runs"] = {name: {"complete": r.complete, "wall_s": round(r.wall_s, 1), "jobs": r.jobs}
                        for name, r in self.runs.items()}
         if self.comparison is not None:
@@ -110,12 +131,17 @@ class RunReport:
 
 # ---- running -----------------------------------------------------------------------------------------
 def run_policy(name: str, inputs: RunInputs, config: PhysicalConfig, out: Path, sitting: Sitting,
-               progress=None, launcher=None, env: dict[str, str] | None = None) -> PolicyRun:
-    """Run the trace for real under policy ``name`` (resuming ``out/<name>/state.json`` if a stop left one)."""
+               progress=None, launcher=None, env: dict[str, str] | None = None,
+               lengths: list[Length] | None = None, metrics=None) -> PolicyRun:
+    """Run the trace for real under policy ``name`` (resuming ``out/<name>/state.json`` if a stop left one).
+
+    ``lengths``: each job's length as the policies first see it (default: ``job_lengths`` now); ``metrics``: a
+    ``runtime.metrics.RunExporter`` to feed after every event."""
     folder = out / name
     folder.mkdir(parents=True, exist_ok=True)
     step_s, startup_s = step_times(inputs, sitting)
-    steps = np.array([s.steps for s in inputs.specs], dtype=float)
+    lengths = [replace(n) for n in lengths] if lengths is not None else job_lengths(inputs, sitting, config, step_s)
+    steps = np.array([n.steps for n in lengths], dtype=float)
     observed = Dataset(out / OBSERVED)
 
     def on_pair(spec_a: JobSpec, spec_b: JobSpec, values: dict) -> None:
@@ -126,12 +152,16 @@ def run_policy(name: str, inputs: RunInputs, config: PhysicalConfig, out: Path, 
     def save() -> None:
         write_json_atomic(state_path, {"loop": loop.snapshot(), "world": world.snapshot(), "saved_at": utc_now()})
         write_json_atomic(out / "sitting.json", sitting.to_json())
+        if metrics is not None:
+            from sharewise.runtime.metrics import policy_view
+
+            metrics.update(policy_view(name, loop, world, world.clock()))
         if progress is not None:
             progress("event", policy=name, done=int(np.isin(loop.status, (DONE, FAILED)).sum()), total=loop.n,
                      running=len(world.live), now=loop.last)
 
     world = RealWorld(inputs.specs, step_s, startup_s, inputs.layout, folder, sitting, on_pair=on_pair,
-                      launcher=launcher, extra_env=env, poll_s=config.poll_s, on_event=save)
+                      launcher=launcher, extra_env=env, poll_s=config.poll_s, on_event=save, lengths=lengths)
     loop = SchedulingLoop(
         arrival=np.asarray(inputs.trace.arrival, dtype=float), work=startup_s + steps * step_s,
         gpus=np.asarray(inputs.trace.gpus, dtype=np.int64), workload=inputs.table.ids([s.name for s in inputs.specs]),
@@ -152,10 +182,52 @@ def run_policy(name: str, inputs: RunInputs, config: PhysicalConfig, out: Path, 
     finally:
         world.shutdown()
         save()
+    done = loop.status == DONE
+    for j, rec in enumerate(world.jobs):  # a command that ran to its own end: the next call's estimate
+        if done[j] and is_command_spec(rec.spec.workload) and (rec.spec.steps is None or rec.steps < rec.spec.steps):
+            sitting.lengths[rec.spec.workload] = rec.steps
+    write_json_atomic(out / "sitting.json", sitting.to_json())
+    result.metrics = finished_metrics(result, done)
     jobs = _jobs_json(loop, world, inputs)
-    run = PolicyRun(name, result, jobs, True, time.perf_counter() - began, len(loop.learned))
+    notes = [n for rec in world.jobs if (n := rec.length.note(rec.spec.job_id, rec.spec.name)) is not None]
+    run = PolicyRun(name, result, jobs, True, time.perf_counter() - began, len(loop.learned), notes)
     write_json_atomic(folder / "run.json", _run_json(run, inputs, config))
     return run
+
+
+def finished_metrics(result: RunResult, done: np.ndarray) -> dict:
+    """``result``'s metrics with the per-job averages (JCT, p95 JCT, queueing, SLO violations) over the jobs
+    that finished (``done``) only, and how many ``finished`` and ``failed``; the makespan, utilization and
+    counts of the run stay those of every job. Example: ``{"avg_jct": 41.2, ..., "finished": 3, "failed": 1}``.
+    """
+    metrics = dict(result.metrics)
+    over = ("avg_jct", "p95_jct", "avg_queue", "slo_violations")
+    if done.all():
+        part = metrics
+    elif done.any():
+        part = RunResult(result.policy, result.arrival[done], result.duration[done], result.start[done],
+                         result.finish[done], result.realized_slowdown[done], result.busy_gpu_seconds, result.n_gpus,
+                         result.slo).compute_metrics()
+    else:
+        part = {k: (0 if k == "slo_violations" else math.nan) for k in over}
+    metrics.update({k: part[k] for k in over})
+    metrics["finished"] = int(done.sum())
+    metrics["failed"] = int(np.isfinite(result.finish).sum() - done.sum())
+    return metrics
+
+
+def _failure_lines(summary: dict) -> list[str]:
+    """The verdict's first lines where jobs failed: per policy, how many, that averages leave them out, and
+    each one with its reason."""
+    lines = []
+    for name, failed in summary["failures"].items():
+        if not failed:
+            continue
+        m = summary["policies"][name]
+        jobs = "; ".join(f"{f['job_id']} ({f['workload']}) {f['status']}: {f['message'][:160]}" for f in failed)
+        lines.append(f"{name}: {len(failed)} of {summary['jobs']} job(s) FAILED, averages are over the "
+                     f"{m.get('finished', summary['jobs'] - len(failed))} that finished: {jobs}")
+    return lines
 
 
 def _jobs_json(loop: SchedulingLoop, world: RealWorld, inputs: RunInputs) -> list[dict]:
@@ -185,7 +257,7 @@ def _run_json(run: PolicyRun, inputs: RunInputs, config: PhysicalConfig) -> dict
                    "knowledge": inputs.device},
         "view": inputs.view_name, "metrics": _rounded(run.result.metrics), "wall_s": round(run.wall_s, 1),
         "policy_calls": run.result.policy_calls, "observed_pairs": run.observed_pairs, "jobs": run.jobs,
-        "notes": inputs.notes,
+        "failures": run.failures(), "notes": inputs.notes + run.notes,
     }
 
 
@@ -216,9 +288,17 @@ def run_physical(config: PhysicalConfig, progress: Callable | None = None, launc
         ``{"jobs": 16, "gpus": 1, "policies": {"sharewise": {"avg_jct": 81.2, ...}}, "verdict": [...],
         "comparison": {"sharewise": {"avg_jct_physical": 81.2, "avg_jct_simulated": 78.9, ...}}}``.
     """
+    inputs = prepare(config)
+    with _metrics(config) as exporter:  # a port in use fails here, before anything starts
+        if exporter is not None and progress is not None:
+            progress("metrics", url=exporter.url)
+        return _run_all(config, inputs, progress, launcher, exporter)
+
+
+def _run_all(config: PhysicalConfig, inputs: RunInputs, progress, launcher, exporter) -> RunReport:
+    """``run_physical`` once its inputs are checked and its metrics served."""
     from sharewise.profiler.interrupts import StopSignals
 
-    inputs = prepare(config)
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
     sitting_path = out / "sitting.json"
@@ -227,6 +307,8 @@ def run_physical(config: PhysicalConfig, progress: Callable | None = None, launc
     with StopSignals(), _devices(config, inputs) as (launch, env):
         if config.calibrate_s > 0:
             calibrate(inputs, config, out, sitting, progress, env)
+        # Every policy of this call starts from the same lengths (what the sitting knew before the runs).
+        lengths = job_lengths(inputs, sitting, config, step_times(inputs, sitting)[0])
         for name in config.policies:
             done = out / name / "run.json"
             if done.is_file() and json.loads(done.read_text()).get("complete"):
@@ -236,8 +318,16 @@ def run_physical(config: PhysicalConfig, progress: Callable | None = None, launc
                 continue
             if progress is not None:
                 progress("policy", policy=name, total=len(inputs.specs))
-            runs[name] = run_policy(name, inputs, config, out, sitting, progress, launcher or launch, env)
+            runs[name] = run_policy(name, inputs, config, out, sitting, progress, launcher or launch, env,
+                                    lengths, exporter)
     notes = list(inputs.notes)
+    estimated = [n for n in lengths if n.estimated]
+    if estimated:
+        notes.append(f"{len(estimated)} job(s) left their length out: the policies saw an estimate until the "
+                     "real length was known (how far off each was: the notes below; default --default-length "
+                     f"{config.default_length_s:g} s)")
+    for name, run in runs.items():
+        notes.extend(f"{name}: {n}" if len(runs) > 1 else n for n in run.notes)
     if config.calibrate_s > 0:
         notes.append(f"calibration: each workload ran alone for {config.calibrate_s:g} s before the runs; the "
                      "policies' unit of work is its step time then")
@@ -249,7 +339,8 @@ def run_physical(config: PhysicalConfig, progress: Callable | None = None, launc
                          "from the steps it reported before, or the dataset's")
     report = RunReport(config, runs, inputs.layout, inputs.view_name, notes)
     if config.compare_sim:
-        report.comparison, extra = compare(inputs, config, {n: r.result for n, r in runs.items()}, sitting)
+        report.comparison, extra = compare(inputs, config, {n: r.result for n, r in runs.items()}, sitting,
+                                           _learned_steps(runs, lengths))
         report.notes.extend(extra)
     summary = report.to_json()
     for name in runs:
@@ -260,6 +351,31 @@ def run_physical(config: PhysicalConfig, progress: Callable | None = None, launc
             data["comparison"] = report.comparison.get(name)
         write_json_atomic(path, data)
     return report
+
+
+def _learned_steps(runs: dict[str, PolicyRun], lengths: list[Length]) -> np.ndarray:
+    """Each job's length as the runs left it (where a run has it done), else as the policies first saw it."""
+    steps = np.array([n.steps for n in lengths], dtype=float)
+    for run in runs.values():
+        for j, job in enumerate(run.jobs):
+            if job["status"] == "done" and job.get("steps") is not None:
+                steps[j] = job["steps"]
+    return steps
+
+
+@contextlib.contextmanager
+def _metrics(config: PhysicalConfig):
+    """The run's metrics exporter while it runs (None without ``metrics_port``); it stops serving after."""
+    if config.metrics_port is None:
+        yield None
+        return
+    from sharewise.runtime.metrics import RunExporter
+
+    exporter = RunExporter(config.metrics_host, config.metrics_port)
+    try:
+        yield exporter
+    finally:
+        exporter.close()
 
 
 @contextlib.contextmanager
@@ -300,7 +416,9 @@ def _load_run(path: Path, inputs: RunInputs) -> PolicyRun:
         n_gpus=inputs.layout.n_slots, slo=math.nan, policy_calls=data.get("policy_calls", 0),
     )
     result.metrics = data["metrics"]
-    return PolicyRun(data["policy"], result, jobs, True, data.get("wall_s", 0.0), data.get("observed_pairs", 0))
+    notes = [n for n in data.get("notes", []) if n not in inputs.notes]
+    return PolicyRun(data["policy"], result, jobs, True, data.get("wall_s", 0.0), data.get("observed_pairs", 0),
+                     notes)
 
 
 # ---- small helpers -----------------------------------------------------------------------------------

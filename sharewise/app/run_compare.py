@@ -18,10 +18,11 @@ from sharewise.runtime.sitting import Sitting
 _JSON_DECIMALS = 4
 
 
-def sitting_truth(inputs: RunInputs, sitting: Sitting) -> tuple[SlowdownTable, np.ndarray, np.ndarray, list[str]]:
+def sitting_truth(inputs: RunInputs, sitting: Sitting,
+                  steps: np.ndarray) -> tuple[SlowdownTable, np.ndarray, np.ndarray, list[str]]:
     """The simulator's truth from this sitting: the trace's pair slowdowns as the runs observed them (else the
-    dataset's), and each job's exclusive run time (its start-up, then its steps at its workload's solo rate
-    in the sitting)."""
+    dataset's), and each job's exclusive run time (its start-up, then its ``steps`` at its workload's solo
+    rate in the sitting)."""
     names = inputs.names
     p50 = np.array(inputs.truth.p50, dtype=float)
     in_trace = sorted({s.name for s in inputs.specs})
@@ -38,14 +39,14 @@ def sitting_truth(inputs: RunInputs, sitting: Sitting) -> tuple[SlowdownTable, n
     truth = SlowdownTable(names, p50, p50, p50, inputs.truth.allowed, device_name=inputs.layout.device_name,
                           source="this sitting")
     exclusive, startup = [], []
-    for spec in inputs.specs:
+    for spec, n in zip(inputs.specs, steps, strict=True):
         rate = sitting.solo_rate(spec.name)
         if not (rate > 0):
             rate = inputs.throughput.get(spec.name, math.nan)
         startups = sitting.startup.get(spec.name) or [1.0 / rate]
         # The first step is one of the steps: the start-up is what the first report took beyond it.
         startup.append(max(0.0, float(np.median(startups)) - 1.0 / rate))
-        exclusive.append(startup[-1] + spec.steps / rate)
+        exclusive.append(startup[-1] + n / rate)
     notes = [f"simulator's truth: each workload's solo step time and start-up time as measured in this sitting; "
              f"{observed} workload pair(s) of the trace as the runs observed them"
              + (f", {len(from_dataset)} the runs never formed from the dataset ({', '.join(from_dataset[:6])}"
@@ -54,13 +55,14 @@ def sitting_truth(inputs: RunInputs, sitting: Sitting) -> tuple[SlowdownTable, n
 
 
 def compare(inputs: RunInputs, config: PhysicalConfig, runs: dict[str, RunResult],
-            sitting: Sitting) -> tuple[dict, list[str]]:
+            sitting: Sitting, steps: np.ndarray) -> tuple[dict, list[str]]:
     """Simulate every run's trace and policy on the same slots with the sitting's truth; compare per policy.
 
-    The simulated policies know each job's work exactly as the physical run's policies did (its start-up and
-    steps at the calibrated step time); the simulated jobs run at the speed the sitting measured; a paused
-    job resumed on its own slot goes on for free and one moved to another slot pays its start-up again, as in
-    the physical run.
+    ``steps`` is each job's length as the runs learned it. The simulated policies know each job's work as the
+    physical run's policies did where its length was known (its start-up and steps at the calibrated step
+    time), and from the start where the physical ones ran on an estimate; the simulated jobs run at the speed
+    the sitting measured; a paused job resumed on its own slot goes on for free and one moved to another slot
+    pays its start-up again, as in the physical run.
 
     Example: ``{"sharewise": {"avg_jct_physical": 81.2, "avg_jct_simulated": 78.9, "avg_ratio": 1.029,
     "p95_jct_physical": ..., "p95_jct_simulated": ..., "p95_ratio": ..., "job_ratio_median": 1.01,
@@ -68,9 +70,9 @@ def compare(inputs: RunInputs, config: PhysicalConfig, runs: dict[str, RunResult
     """
     from sharewise.engine.simulator import simulate
 
-    truth, exclusive, startup, notes = sitting_truth(inputs, sitting)
+    truth, exclusive, startup, notes = sitting_truth(inputs, sitting, steps)
     step_s, startup_s = step_times(inputs, sitting)
-    known = startup_s + np.array([s.steps for s in inputs.specs]) * step_s
+    known = startup_s + steps * step_s
     trace = Trace(job_id=inputs.trace.job_id, arrival=inputs.trace.arrival, duration=known,
                   gpus=inputs.trace.gpus, workload=np.array([s.name for s in inputs.specs], dtype=object),
                   line=inputs.trace.line, source=inputs.trace.source, format="csv")

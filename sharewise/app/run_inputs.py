@@ -17,7 +17,8 @@ from sharewise.datasets.traces import AUTO, Trace, TraceContext, load_trace
 from sharewise.engine.table import SlowdownTable
 from sharewise.errors import ConfigError, DatasetError, TraceError
 from sharewise.policy import get_policy
-from sharewise.runtime.jobs import JobSpec, LocalJob
+from sharewise.runtime.jobs import DONE_STATUS, JobSpec, LocalJob
+from sharewise.runtime.lengths import DEFAULT_LENGTH_S, Length, argv_total, estimate
 from sharewise.runtime.sitting import Sitting
 from sharewise.runtime.slots import Layout
 from sharewise.runtime.slots import layout as make_layout
@@ -38,7 +39,9 @@ class PhysicalConfig:
     and ``model`` choose the policies' table as in ``simulate`` (default: out-of-fold predictions with
     calibrated intervals, plus what the run observes); ``calibrate_s`` the seconds of each workload's solo
     calibration (0: none, the dataset's throughputs are the unit of work); ``compare_sim`` simulates the
-    same runs for the comparison.
+    same runs for the comparison; ``default_length_s`` the solo seconds assumed for a training command whose
+    length nothing states (``runtime.lengths``); ``metrics_port`` (None: off) and ``metrics_host`` where the
+    run serves its live Prometheus metrics (``runtime.metrics``).
     """
 
     trace: str
@@ -63,6 +66,9 @@ class PhysicalConfig:
     executor: str = "local"
     address: str | None = None
     poll_s: float = 0.05
+    default_length_s: float = DEFAULT_LENGTH_S
+    metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
 
     def __post_init__(self) -> None:
         if not self.policies:
@@ -76,6 +82,10 @@ class PhysicalConfig:
             raise ConfigError(f"--executor must be 'local' or 'ray', got {self.executor!r}")
         if self.address and self.executor != "ray":
             raise ConfigError("--address is the Ray cluster to run on; add --executor ray")
+        if not (self.default_length_s > 0 and math.isfinite(self.default_length_s)):
+            raise ConfigError(f"--default-length must be a number of seconds > 0, got {self.default_length_s}")
+        if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
+            raise ConfigError(f"--metrics-port must be a port 0-65535 (0: any free one), got {self.metrics_port}")
 
 
 @dataclass
@@ -183,19 +193,33 @@ def one_mode(profiles: pd.DataFrame, pairs: pd.DataFrame, device: str, mode: str
 
 
 def _job_specs(trace: Trace, throughput: dict[str, float], config: PhysicalConfig) -> tuple[list[JobSpec], list[str]]:
-    """One ``JobSpec`` per job; workload specs are resolved (an unknown one fails here, before anything runs)."""
+    """One ``JobSpec`` per job; workload specs are resolved (an unknown one fails here, before anything runs), and
+    one name must name one workload (two commands given the same ``NAME`` fail here, naming both lines)."""
     from sharewise.profiler.workloads import workload_name
 
     given = trace.workload if trace.spec is None else trace.spec  # a command's spec; its name is the workload
     recorded: dict[str, str] = {}
-    for spec in dict.fromkeys(given.tolist()):
-        recorded[spec] = workload_name(spec)
+    first: dict[str, tuple[int, object]] = {}  # name -> (job index, the workload it names) of its first job
+    for i, spec in enumerate(given.tolist()):
+        if spec not in recorded:
+            recorded[spec] = workload_name(spec)
+        name, what = recorded[spec], _what(spec)
+        seen = first.setdefault(name, (i, what))
+        if seen[1] != what:
+            k = seen[0]
+            raise TraceError(
+                f"{trace.source}:{int(trace.line[k])} and line {int(trace.line[i])}: two different workloads are both "
+                f"named {name!r} ({str(given[k])!r} and {spec!r}); a name is one workload (one calibration, one "
+                "set of pairs): give each command its own NAME=cmd:..."
+            )
     specs = []
     for i in range(len(trace)):
         spec = str(given[i])
         name = recorded[spec]
         if trace.steps is not None:
-            steps = int(trace.steps[i])
+            steps = int(trace.steps[i]) if np.isfinite(trace.steps[i]) else None
+        elif not np.isfinite(trace.duration[i]):
+            steps = None  # a command that leaves its length out (the trace reader allows no other job to)
         else:
             rate = throughput.get(name, math.nan)
             if not (rate > 0):
@@ -207,6 +231,36 @@ def _job_specs(trace: Trace, throughput: dict[str, float], config: PhysicalConfi
             steps = max(1, round(float(trace.duration[i]) * rate))
         specs.append(JobSpec(str(trace.job_id[i]), spec, name, steps, config.size))
     return specs, sorted(set(recorded.values()))
+
+
+def _what(spec: str) -> object:
+    """What a spec runs, for telling two workloads apart: a command's parse (its text's spacing aside), else
+    the spec itself."""
+    from sharewise.command_spec import is_command_spec, parse_command
+
+    if is_command_spec(spec):
+        c = parse_command(spec)
+        return (c.argv, c.cwd, c.env, c.batch_size, c.progress_regex)
+    return spec.strip()
+
+
+def job_lengths(inputs: RunInputs, sitting: Sitting, config: PhysicalConfig, step_s: np.ndarray) -> list[Length]:
+    """Each job's length as the policies first see it (``runtime.lengths``): the trace's; a command's own
+    ``--total-steps``; else an estimate: the steps the same command ran to its end in an earlier run in this
+    run folder (``sitting.lengths``), else ``config.default_length_s`` at the job's solo step time."""
+    from sharewise.command_spec import is_command_spec, parse_command
+
+    out = []
+    for spec, s in zip(inputs.specs, step_s, strict=True):
+        total = argv_total(parse_command(spec.workload).argv) if is_command_spec(spec.workload) else None
+        if spec.steps is not None:
+            out.append(Length(float(spec.steps), True, "the trace"))
+        elif total is not None:
+            out.append(Length(float(total), True, "its --total-steps argument"))
+        else:
+            steps, source = estimate(sitting.lengths.get(spec.workload), float(s), config.default_length_s)
+            out.append(Length(steps, False, source, estimated=True))
+    return out
 
 
 def _memory_rule(prof: pd.DataFrame, names: list[str], lay: Layout) -> tuple[np.ndarray, str]:
@@ -271,21 +325,27 @@ def calibrate(inputs: RunInputs, config: PhysicalConfig, out: Path, sitting: Sit
                 time.sleep(0.05)
         finally:
             job.kill()
+        done = ended is not None and ended.status == DONE_STATUS
+        if done:  # a command that ended by itself: the steps it ran are its length
+            sitting.lengths[spec.workload] = job.steps
+        failed = ended if ended is not None and not done else None
         cal = {"startup_s": records[0][1] - job.spawned_at} if records else {}
         if len(records) >= 2 and records[-1][1] > records[0][1]:
             cal["steps_per_s"] = (records[-1][0] - records[0][0]) / (records[-1][1] - records[0][1])
         elif inputs.throughput.get(name, 0) > 0:
             cal["steps_per_s"] = inputs.throughput[name]
         else:
-            why = f"it failed: {ended.message}" if ended is not None else f"it reported no steps within {limit:.0f} s"
+            why = (f"it failed: {failed.message}" if failed is not None else
+                   f"it ended by itself after {job.steps} step(s), too few to time" if done else
+                   f"it reported no steps within {limit:.0f} s")
             raise ConfigError(f"workload {spec.workload!r}: its calibration run cannot tell its step time ({why}), "
                               "and the dataset holds no solo profile of it")
-        if ended is not None:
-            cal["failed"] = ended.message
+        if failed is not None:
+            cal["failed"] = failed.message
         sitting.calibrated[name] = cal
         if "startup_s" in cal:
             sitting.startup[name].append(cal["startup_s"])
-        if ended is None:
+        if failed is None and len(records) >= 2:
             sitting.add_solo(name, records[-1][0] - records[0][0], records[-1][1] - records[0][1])
         write_json_atomic(out / "sitting.json", sitting.to_json())
 

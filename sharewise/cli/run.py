@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import typer
@@ -10,11 +11,16 @@ from rich.table import Table
 from sharewise.cli import options
 from sharewise.cli.common import console, err_console, one_of, print_json
 from sharewise.policy import REGISTRY as POLICIES
+from sharewise.runtime.lengths import DEFAULT_LENGTH_S
+
+#: Exit status of a run that completed with some job failed (2 stays bad input, nothing run).
+FAILED_JOBS_EXIT = 1
 
 
 def run(
     trace: Path = typer.Argument(
-        ..., help="Generic trace CSV: job_id, arrival_s, workload, gpus, and steps or duration_s."
+        ..., help="Generic trace CSV: job_id, arrival_s, workload, gpus, and steps or duration_s (a training "
+        "command, NAME=cmd:..., may leave its length out)."
     ),
     out: Path = typer.Option(..., "--out", "-o", help="Run folder (created; a rerun on it resumes)."),
     data: str = typer.Option(
@@ -47,10 +53,30 @@ def run(
     executor: str = typer.Option("local", "--executor", help="local, or ray (each job a Ray actor on its slot)."),
     address: str = typer.Option(None, "--address", help="Ray cluster address (with --executor ray)."),
     trace_format: str = options.TRACE_FORMAT,
+    default_length: float = typer.Option(
+        DEFAULT_LENGTH_S, "--default-length",
+        help="Solo seconds the policies assume for a training command whose length nothing states (no steps or "
+        "duration_s, no --total-steps argument, no earlier run in this run folder), until its real length is "
+        "known.",
+    ),
+    metrics_port: int = typer.Option(
+        None, "--metrics-port", help="Serve live Prometheus metrics of the run on this port (0: any free port; "
+        "default: off).",
+    ),
+    metrics_host: str = typer.Option(
+        "127.0.0.1", "--metrics-host", help="Address the metrics endpoint listens on (with --metrics-port)."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object; progress and notes go to stderr."),
 ):
     """Run a trace's jobs for real under each policy in turn: start, pause, resume and finish them on the local
     devices, measure the pairs that share, and write RUNDIR/<policy>/run.json.
+
+    A job that exits 0 is done, whatever the trace guessed (the steps it ran are its length); a job that fails
+    is counted in the table and named with its reason in the verdict, and averages are over finished jobs.
+
+    Exit status: 0 every job finished; 1 the runs completed but some job failed (named in the verdict and in
+    RUNDIR/<policy>/run.json); 2 bad input, nothing ran (one line on stderr); 128+N stopped by signal N (rerun
+    the same command to resume).
 
     Example: sharewise run jobs.csv --data reference --policy exclusive-sjf --policy sharewise --out runs/demo
     --compare-sim
@@ -64,6 +90,7 @@ def run(
         max_slowdown=max_slowdown, round_s=round_s, oracle=oracle, observe=observe,
         predictions=str(predictions) if predictions else None, model=str(model) if model else None,
         group_by=group_by, calibrate_s=calibrate, compare_sim=compare_sim, executor=executor, address=address,
+        default_length_s=default_length, metrics_port=metrics_port, metrics_host=metrics_host,
     )
     progress = RunProgress()
     try:
@@ -74,8 +101,6 @@ def run(
             f"interrupted by {exc.name}: every job stopped; finished jobs and the state of the interrupted run are "
             f"kept in {out}; rerun the same command to resume"
         )
-        import sys
-
         sys.exit(exc.exit_code)
     finally:
         progress.stop()
@@ -84,25 +109,31 @@ def run(
         for note in report.notes:
             err_console.print(f"note: {note}")
         print_json(summary)
-        return
-    render(summary)
-    for note in report.notes:
-        console.print(f"[dim]note: {note}[/dim]")
+    else:
+        render(summary)
+        for note in report.notes:
+            console.print(f"[dim]note: {note}[/dim]")
+    if report.failed_jobs():
+        sys.exit(FAILED_JOBS_EXIT)  # not typer.Exit: click returns its code in main's non-standalone mode
 
 
 def render(summary: dict) -> None:
     """The runs' table (and the comparison with the simulator where it ran)."""
     dev = summary["device"]
+    failed = any(m.get("failed") for m in summary["policies"].values())
     table = Table(
-        "policy", "avg JCT (s)", "p95 JCT (s)", "makespan (s)", "avg queue (s)", "slot util", "SLO violations",
-        "preemptions",
+        "policy", "finished", "failed", "avg JCT (s)", "p95 JCT (s)", "makespan (s)", "avg queue (s)", "slot util",
+        "SLO violations", "preemptions",
         title=f"{summary['jobs']} jobs run on {dev['slots']} {dev['kind']} slot(s) ({dev['device_name']}); "
         f"policies see {summary['view']} slowdowns",
+        caption="JCT, queue and SLO columns are over the jobs that finished only" if failed else None,
     )
     for name, m in summary["policies"].items():
-        table.add_row(name, f"{m['avg_jct']:.1f}", f"{m['p95_jct']:.1f}", f"{m['makespan']:.1f}",
-                      f"{m['avg_queue']:.1f}", f"{m['utilization']:.2f}", str(m["slo_violations"]),
-                      str(m["preemptions"]))
+        n_failed = int(m.get("failed", 0))
+        table.add_row(name, f"{m.get('finished', summary['jobs'])}/{summary['jobs']}",
+                      f"[bold red]{n_failed}[/bold red]" if n_failed else "0", _num(m["avg_jct"]),
+                      _num(m["p95_jct"]), _num(m["makespan"]), _num(m["avg_queue"]), f"{m['utilization']:.2f}",
+                      str(m["slo_violations"]), str(m["preemptions"]))
     console.print(table)
     for line in summary["verdict"]:
         console.print(line)
@@ -119,6 +150,10 @@ def render(summary: dict) -> None:
                       f"{c['p95_jct_physical']:.1f} / {c['p95_jct_simulated']:.1f}", f"{c['p95_ratio']:.3f}",
                       f"{c['job_ratio_median']:.3f}", f"{c['within_10']:.0%}", f"{c['within_20']:.0%}", gain)
         console.print(t)
+
+
+def _num(x) -> str:
+    return "-" if x is None or x != x else f"{x:.1f}"
 
 
 class RunProgress:
@@ -140,7 +175,9 @@ class RunProgress:
 
     def __call__(self, kind: str, **info) -> None:
         p = self._ensure()
-        if kind == "calibrate":
+        if kind == "metrics":
+            err_console.print(f"serving live metrics at {info['url']}")
+        elif kind == "calibrate":
             err_console.print(f"calibrating {info['name']} (alone, a few seconds)")
         elif kind == "kept":
             err_console.print(f"{info['policy']}: finished in an earlier call, kept")

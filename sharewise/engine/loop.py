@@ -6,7 +6,8 @@ per GPU). The loop does not know how jobs progress: a ``World`` does. The simula
 (``simulator.SimWorld``) advances each running job at rate ``speed / slowdown`` from a table of measured
 pairs and predicts completions; the real world (``sharewise.runtime.world.RealWorld``) starts, pauses,
 resumes and polls job processes and reads their step reports. The policies are called with the same
-``ClusterState`` at the same events in both (STYLE.md practice 16: Gavel's ``simulate=True/False``).
+``ClusterState`` at the same events in both (docs/development/conventions.md, practice 16: Gavel's
+``simulate=True/False``).
 
 Semantics, stated once:
 
@@ -71,9 +72,9 @@ WAITING, QUEUED, RUNNING, DONE, FAILED = 0, 1, 2, 3, 4
 class SchedulingLoop:
     """One run of one policy over the jobs of a trace, in a world (see the module docstring).
 
-    ``work`` is each job's exclusive run time on a speed-1.0 GPU (seconds), ``workload`` its id in
-    ``table``, the policy's view. ``line`` names the job in messages (its trace line). ``job_class`` is each
-    job's class of ``cluster.variability`` (required with it).
+    ``work`` is each job's exclusive run time on a speed-1.0 GPU (seconds; a world may replace an estimate,
+    ``World.lengths``), ``workload`` its id in ``table``, the policy's view. ``line`` names the job in messages
+    (its trace line). ``job_class`` is each job's class of ``cluster.variability`` (required with it).
     """
 
     def __init__(
@@ -204,6 +205,8 @@ class SchedulingLoop:
             self.busy_seconds += self.slots.busy * (now - self.last)
             self.last = now
             affected: set[int] = set()
+            for j, work in world.lengths():
+                self.duration[j] = work  # a real length replaced an estimate: policies see it from now on
             for j, status in world.finished(now):
                 self._end(j, status, now, affected)
             self._arrive(now)
@@ -401,7 +404,7 @@ class SchedulingLoop:
             "restarts": self.restarts.tolist(), "next_arrival": self.next_arrival, "queue": self.queue.tolist(),
             "wake": None if self.wake == math.inf else self.wake, "calls": self.calls, "events": self.events,
             "preemptions": self.preemptions, "busy_seconds": self.busy_seconds,
-            "learned": [list(x) for x in self.learned],
+            "learned": [list(x) for x in self.learned], "work": self.duration.tolist(),
         }
 
     def restore(self, snap: dict) -> None:
@@ -419,6 +422,7 @@ class SchedulingLoop:
         self.remaining[:] = snap["remaining"]
         self.attained[:] = snap["attained"]
         self.restarts[:] = snap["restarts"]
+        self.duration[:] = snap.get("work", self.duration)
         self.next_arrival = int(snap["next_arrival"])
         self.queue = np.flatnonzero(self.status == QUEUED).astype(np.int64)
         self.wake = math.inf if snap["wake"] is None else float(snap["wake"])

@@ -229,6 +229,9 @@ class SimWorld:
         found, self.found = self.found, []
         return found
 
+    def lengths(self) -> list[tuple[int, float]]:
+        return []  # a simulated job's work is known from the start
+
     def pending(self) -> bool:
         self._prune()
         return bool(self.heap)

@@ -59,7 +59,8 @@ class World(Protocol):
 
     The loop owns the cluster slots, the queue and each job's status; the world moves time forward and reports
     what happened: the jobs that ended (``finished``), each job's progress (``Jobs.remaining`` and
-    ``Jobs.attained``, brought up to date as each method says) and the pairs it measured (``observations``).
+    ``Jobs.attained``, brought up to date as each method says), the pairs it measured (``observations``) and
+    the jobs whose length it learned (``lengths``).
     """
 
     def tolerance(self, now: float) -> float:
@@ -93,6 +94,12 @@ class World(Protocol):
 
     def observations(self) -> list[Observation]:
         """Measured slowdowns of sharing jobs since the last call (empty where nothing new was measured)."""
+
+    def lengths(self) -> list[tuple[int, float]]:
+        """``(job, work)`` for the jobs whose work (exclusive seconds on a speed-1.0 GPU) the world learned anew
+        since the last call: a physical job's real length replacing an estimate. The loop takes it as the
+        job's work from then on (what policies see, and the realized slowdown's base); ``remaining`` is the
+        world's to bring up to date as usual. Empty where nothing changed (always, in a simulation)."""
 
     def pending(self) -> bool:
         """Whether a running job will still end (a run with jobs waiting and none pending never ends)."""

@@ -23,40 +23,33 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sharewise.profiler.progress import ENV_MAX_STEPS, ENV_PATH, ENV_START_STEP, ProgressReader
-from sharewise.runtime.runner import FAILURE_MARK
+from sharewise.runtime.exits import DONE_STATUS, Exit, cgroup_oom_kills, evidence, exit_reason
+from sharewise.runtime.lengths import OutputTotal
 from sharewise.runtime.slots import Layout
 
-#: How a job ended: its steps done (exit code 0), or a failure named by its status.
-DONE_STATUS = "done"
+__all__ = ["DONE_STATUS", "Exit", "JobSpec", "LocalJob"]
 
 
 @dataclass(frozen=True)
 class JobSpec:
     """What a job runs: ``workload`` (any workload spec the profiler accepts), recorded as ``name``, for
-    ``steps`` steps, at ``size`` and ``batch_size`` (built-in workloads; ``None``: the workload's default)."""
+    ``steps`` steps (``None``: a training command that runs until it ends by itself), at ``size`` and
+    ``batch_size`` (built-in workloads; ``None``: the workload's default)."""
 
     job_id: str
     workload: str
     name: str
-    steps: int
+    steps: int | None
     size: str = "small"
     batch_size: int | None = None
-
-
-@dataclass
-class Exit:
-    """How a job's process ended: ``status`` (``done``, ``failed``, ``oom``), the exit code, and a message."""
-
-    status: str
-    code: int
-    message: str = ""
 
 
 class LocalJob:
     """A job's process on this machine, started on ``slots`` of ``layout`` from step ``start_step``.
 
     ``poll()`` reads the steps reported since the last call; ``exit()`` says how the process ended (``None``
-    while it lives). Times are ``time.time()`` seconds, those of the progress records.
+    while it lives). Times are ``time.time()`` seconds, those of the progress records. A command with no step
+    count to run to (``spec.steps`` None) has its output read for its own total (``own_total``).
     """
 
     def __init__(
@@ -81,16 +74,20 @@ class LocalJob:
         env.update(extra_env or {})
         env[ENV_PATH] = self.progress_path
         env[ENV_START_STEP] = str(self.start_step)
-        env[ENV_MAX_STEPS] = str(spec.steps)
+        if spec.steps is not None:
+            env[ENV_MAX_STEPS] = str(spec.steps)
         if cuda is not None:
             env["CUDA_VISIBLE_DEVICES"] = cuda
         Path(self.progress_path).unlink(missing_ok=True)  # a restart reports from its start step on
         self.reader = ProgressReader(self.progress_path, self.start_step)
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed with the job
         self.spawned_at = time.time()
+        self._oom_kills = cgroup_oom_kills()  # the cgroup's count before this job: a rise is evidence of an OOM
         self.proc = _spawn(spec, layout, cores, threads, cuda, env, self._log, self.start_step)
         self.paused = False
         self._exit: Exit | None = None
+        self._total = OutputTotal(self.log_path) if spec.steps is None else None
+        self.own_total: int | None = None
 
     @property
     def pid(self) -> int:
@@ -98,7 +95,11 @@ class LocalJob:
 
     def poll(self) -> list[tuple[int, float]]:
         """The ``(step, time)`` records reported since the last call."""
-        return self.reader.poll()
+        before = self.reader.steps
+        records = self.reader.poll()
+        if self._total is not None:
+            self.own_total = self._total.scan(before, self.reader.steps)
+        return records
 
     @property
     def steps(self) -> int:
@@ -125,17 +126,15 @@ class LocalJob:
         self._log.close()
 
     def exit(self) -> Exit | None:
-        """How the process ended (``None`` while it runs): ``done`` if it exited 0 with every step reported."""
+        """How the process ended (``None`` while it runs): ``done`` if it exited 0, however many steps it ran
+        (a script ends its own training), else why it failed, from evidence (``exits.exit_reason``)."""
         if self._exit is not None:
             return self._exit
         code = self.proc.poll()
         if code is None:
             return None
-        self.reader.poll()
-        if code == 0 and self.reader.steps >= self.spec.steps:
-            self._exit = Exit(DONE_STATUS, 0)
-        else:
-            self._exit = _failure(code, self.reader.steps, self.spec.steps, self.log_path)
+        self.poll()
+        self._exit = exit_reason(code, evidence(self.log_path, code, self.proc.pid, self._oom_kills))
         self._log.close()
         return self._exit
 
@@ -176,25 +175,3 @@ def _spawn(spec: JobSpec, layout: Layout, cores, threads, cuda, env, log, start_
         start_new_session=True,
     )
 
-
-def _failure(code: int, steps: int, target: int, log_path: str) -> Exit:
-    """Read a failed job's log for its reason: the runner's last line, or the tail of a command's output."""
-    try:
-        text = Path(log_path).read_text(errors="replace")
-    except OSError:
-        text = ""
-    lines = [ln for ln in text.splitlines() if ln.strip()]
-    marked = [ln for ln in lines if ln.startswith(FAILURE_MARK)]
-    if marked:
-        status, _, message = marked[-1][len(FAILURE_MARK) :].partition(": ")
-        return Exit(status if status in ("oom", "failed") else "failed", code, message)
-    if code < 0:
-        reason = f"killed by signal {signal.Signals(-code).name}"
-        status = "oom" if code == -signal.SIGKILL else "failed"  # the kernel's OOM killer sends SIGKILL
-    elif code == 0:
-        reason, status = f"exited after {steps} of its {target} steps", "failed"
-    else:
-        reason, status = f"exit code {code}", "failed"
-    tail = " | ".join(lines[-3:])[-400:]
-    oom = "out of memory" in text.lower()
-    return Exit("oom" if oom else status, code, reason + (f": {tail}" if tail else ""))

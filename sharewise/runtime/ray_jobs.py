@@ -53,10 +53,10 @@ class JobActor:
             progress, log = str(folder / Path(progress).name), str(folder / Path(log).name)
         self.job = LocalJob(spec, lay, local, start_step, progress, log, extra_env)
 
-    def poll(self) -> tuple[list[tuple[int, float]], Exit | None]:
+    def poll(self) -> tuple[list[tuple[int, float]], Exit | None, int | None]:
         records = self.job.poll()
         ended = None if self.job.paused else self.job.exit()
-        return records, ended
+        return records, ended, self.job.own_total
 
     def pause(self) -> None:
         self.job.pause()
@@ -76,11 +76,12 @@ class RayJob:
         self.start_step = start_step
         self.paused = False
         self._exit: Exit | None = None
+        self.own_total: int | None = None  # the command's own total steps, read from its output on its node
 
     def poll(self) -> list[tuple[int, float]]:
         if self._exit is not None:
             return []
-        records, ended = self.ray.get(self.actor.poll.remote())
+        records, ended, self.own_total = self.ray.get(self.actor.poll.remote())
         self._exit = ended
         return records
 

@@ -17,8 +17,7 @@ import os
 import sys
 import traceback
 
-#: The last line of a failed job's stderr starts with this, followed by ``<status>: <error>``.
-FAILURE_MARK = "sharewise-job: "
+from sharewise.runtime.exits import FAILURE_MARK  # the last line of a failed job's stderr starts with it
 
 
 def main(argv: list[str] | None = None) -> int:

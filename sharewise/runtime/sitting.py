@@ -1,5 +1,6 @@
 """What a sitting of physical runs measured, pooled over its runs: solo rates, start-up times and pair slowdowns per
-workload (``Sitting``), the simulator's truth for ``sharewise run --compare-sim``."""
+workload (``Sitting``), the simulator's truth for ``sharewise run --compare-sim``, and the lengths that training
+commands ran to their own end (the next runs' estimates)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ class Sitting:
         self.startup: dict[str, list[float]] = defaultdict(list)
         self.pairs: dict[tuple[str, str], list[tuple[float, float, float]]] = defaultdict(list)
         self.calibrated: dict[str, dict] = {}  # workload -> {"steps_per_s", "startup_s"} of its calibration run
+        self.lengths: dict[str, int] = {}  # a command's spec -> the steps it ran to its own end (latest run)
 
     def add_solo(self, workload: str, steps: float, seconds: float) -> None:
         pool = self.solo[workload]
@@ -56,6 +58,7 @@ class Sitting:
             "startup": dict(self.startup),
             "pairs": [[a, b, *r] for (a, b), rows in self.pairs.items() for r in rows],
             "calibrated": self.calibrated,
+            "lengths": self.lengths,
         }
 
     @classmethod
@@ -68,4 +71,5 @@ class Sitting:
         for a, b, s_a, s_b, secs in data.get("pairs", []):
             sitting.pairs[(a, b)].append((s_a, s_b, secs))
         sitting.calibrated = dict(data.get("calibrated", {}))
+        sitting.lengths = {k: int(v) for k, v in data.get("lengths", {}).items()}
         return sitting

@@ -13,9 +13,13 @@ Semantics where reality forces a choice (the loop's own are in ``sharewise.engin
   (SIGSTOP): its process and memory stay where they are. Placed again on the same slots, it resumes
   (SIGCONT) where it was; placed elsewhere, its paused process is killed and it starts again there from its
   step count: that restart (process start, build, first step) is the move's real cost, timed and reported.
-- **End.** A job is done when its process exits with every step reported; a process that dies, runs out of
-  memory or exits early ends the job as failed (with its status and the tail of its output); the run goes
-  on. The job's end is the time it was noticed (at most ``poll_s`` after the last step).
+- **Length.** A job's length is its ``lengths`` entry (``runtime.lengths``): the trace's, a command's own
+  total, or an estimate, which is replaced by the real length as soon as it is known (the command's total
+  in its output, or its end) and reported to the loop (``lengths``).
+- **End.** A job is done when its process exits 0 (a script ends its own training: the steps it ran are its
+  length); a process that dies, runs out of memory or exits non-zero ends the job as failed, with the reason
+  its evidence gives (``runtime.exits``); the run goes on. The job's end is the time it was noticed (at most
+  ``poll_s`` after the last step).
 - **Measurement.** A job's *segment* is a stretch of time in which nothing changes for it (same slots, same
   partners, not paused); its rate in a segment is ``(k - 1) / (t_k - t_1)`` over the step reports ``1..k``
   inside it, so a step cut by the segment's start (a build, a partial step before a pause) is not counted.
@@ -41,6 +45,7 @@ import numpy as np
 from sharewise.engine.loop import DONE, FAILED, RUNNING
 from sharewise.engine.world import Jobs, Observation
 from sharewise.runtime.jobs import DONE_STATUS, JobSpec, LocalJob
+from sharewise.runtime.lengths import Length
 from sharewise.runtime.sitting import MIN_S, MIN_STEPS, Sitting
 from sharewise.runtime.slots import Layout
 
@@ -93,6 +98,7 @@ class JobRecord:
     spec: JobSpec
     step_s: float  # solo seconds per step: the policies' unit of work
     startup_s: float = 0.0  # expected seconds from a start to the first step's beginning
+    length: Length | None = None  # its length in steps as the policies see it (``runtime.lengths``)
     steps: int = 0
     proc: LocalJob | None = None
     slots: list[int] = field(default_factory=list)
@@ -131,6 +137,8 @@ class RealWorld:
     launcher
         ``(spec, slots, start_step, progress_path, log_path) -> job`` (default: a ``LocalJob`` on this
         machine; ``ray_jobs`` gives one that runs in a Ray actor).
+    lengths
+        Per job, its ``Length`` (default: ``spec.steps``, as the trace gave it).
     """
 
     def __init__(
@@ -148,8 +156,11 @@ class RealWorld:
         min_steps: int = MIN_STEPS,
         min_s: float = MIN_S,
         on_event=None,
+        lengths: list[Length] | None = None,
     ) -> None:
-        self.jobs = [JobRecord(spec, float(s), float(u)) for spec, s, u in zip(specs, step_s, startup_s, strict=True)]
+        lengths = lengths or [Length(float(spec.steps), True, "the trace") for spec in specs]
+        self.jobs = [JobRecord(spec, float(s), float(u), n)
+                     for spec, s, u, n in zip(specs, step_s, startup_s, lengths, strict=True)]
         self.layout = layout
         self.dir = Path(workdir) / "jobs"
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -164,6 +175,7 @@ class RealWorld:
         self._last = 0.0  # the time advance() returned last: the run's clock never goes back
         self._news: list[Observation] = []
         self._ended: list[tuple[int, int]] = []
+        self._lengths: dict[int, float] = {}  # new lengths (work seconds) not yet reported to the loop
         self.live: set[int] = set()  # jobs with a process
         self.pairings: dict[frozenset[int], Pairing] = {}  # open pairings by their two jobs
         self.on_event = on_event  # called after every event the loop processed, and every few seconds (saves state)
@@ -183,7 +195,8 @@ class RealWorld:
         """
         return {"jobs": [
             {"steps": r.steps, "events": r.events, "startups": r.startups, "solo_steps": r.solo_steps,
-             "solo_s": r.solo_s, "exit": r.exit, "last_step_t": None if math.isnan(r.last_step_t) else r.last_step_t}
+             "solo_s": r.solo_s, "exit": r.exit, "last_step_t": None if math.isnan(r.last_step_t) else r.last_step_t,
+             "length": r.length.to_json()}
             for r in self.jobs
         ]}
 
@@ -198,8 +211,10 @@ class RealWorld:
             rec.solo_steps, rec.solo_s = saved["solo_steps"], saved["solo_s"]
             rec.exit = saved["exit"]
             rec.last_step_t = math.nan if saved["last_step_t"] is None else saved["last_step_t"]
+            if saved.get("length"):
+                rec.length = Length.from_json(saved["length"])
             if jobs.status[j] not in (DONE, FAILED):
-                jobs.remaining[j] = max(rec.spec.steps - rec.steps, 0) * rec.step_s
+                jobs.remaining[j] = max(rec.length.steps - rec.steps, 0) * rec.step_s
 
     # ---- the World protocol ---------------------------------------------------------------------------
     def bind(self, jobs: Jobs) -> None:
@@ -218,7 +233,7 @@ class RealWorld:
             self._poll(now)
             if time.monotonic() - self._saved >= SAVE_EVERY_S:
                 self._save()  # a long stretch without events: a stop then loses little
-            if self._ended or self._news:
+            if self._ended or self._news or self._lengths:
                 self._last = max(now, self._last)
                 return self._last
             if now >= until:
@@ -241,7 +256,7 @@ class RealWorld:
         """Job ``j``'s remaining work: its remaining steps at its step time, plus what is left of its start-up
         while it has not stepped since its process started."""
         rec = self.jobs[j]
-        left = max(rec.spec.steps - rec.steps, 0) * rec.step_s
+        left = max(rec.length.steps - rec.steps, 0) * rec.step_s
         if not math.isnan(rec.spawned_at):
             left += max(0.0, rec.startup_s - (now - rec.spawned_at))
         return left
@@ -306,6 +321,17 @@ class RealWorld:
         news, self._news = self._news, []
         return news
 
+    def lengths(self) -> list[tuple[int, float]]:
+        """Jobs whose length changed since the last call (an estimate replaced or outrun), with their work:
+        start-up plus steps at their step time."""
+        out, self._lengths = sorted(self._lengths.items()), {}
+        return out
+
+    def work(self, j: int) -> float:
+        """Job ``j``'s work as the policies know it: its start-up, then its length at its solo step time."""
+        rec = self.jobs[j]
+        return rec.startup_s + rec.length.steps * rec.step_s
+
     def pending(self) -> bool:
         return any(self.loop_jobs.status[j] == RUNNING for j in self.live)
 
@@ -323,6 +349,8 @@ class RealWorld:
                 self._close(j, now)
                 rec.exit = {"status": ended.status, "code": ended.code, "message": ended.message,
                             "last_step_t": _round(rec.last_step_t)}
+                if ended.status == DONE_STATUS and rec.length.ended(rec.steps, now):
+                    self._lengths[j] = self.work(j)
                 rec.events.append({"t": round(now, 3), "event": "finish" if ended.status == DONE_STATUS else
                                    ended.status, "step": rec.steps})
                 self._ended.append((j, DONE if ended.status == DONE_STATUS else FAILED))
@@ -335,6 +363,9 @@ class RealWorld:
             return
         rec.steps = records[-1][0]
         rec.last_step_t = records[-1][1] - self.t0
+        total = getattr(rec.proc, "own_total", None)  # a command's own total, from its output
+        if (total is not None and rec.length.from_output(total, now)) or rec.length.outrun(rec.steps):
+            self._lengths[j] = self.work(j)
         if not math.isnan(rec.spawned_at):
             # From the spawn to the end of the first step: process start, import, build, one step.
             took = records[0][1] - self.t0 - rec.spawned_at
@@ -369,7 +400,8 @@ class RealWorld:
                     del self.pairings[key]
                 self._finish_pairing(pairing)
 
-    def _solo_rate(self, j: int) -> float:
+    def solo_rate(self, j: int) -> float:
+        """Job ``j``'s solo steps/s: its own solo segments in this run, else its workload's in this sitting."""
         rec = self.jobs[j]
         if rec.solo_s >= self.min_s and rec.solo_steps >= self.min_steps:
             return rec.solo_steps / rec.solo_s
@@ -395,7 +427,7 @@ class RealWorld:
                 continue
             (r_a, _, _), (r_b, _, _) = got[0]
             pairing.early = True
-            s_a, s_b = self._solo_rate(pairing.a) / r_a, self._solo_rate(pairing.b) / r_b
+            s_a, s_b = self.solo_rate(pairing.a) / r_a, self.solo_rate(pairing.b) / r_b
             if self.jobs[pairing.a].spec.name == self.jobs[pairing.b].spec.name:
                 s_a = s_b = (s_a + s_b) / 2
             self._news.append(Observation(pairing.a, pairing.b, s_a, s_b))
@@ -407,7 +439,7 @@ class RealWorld:
             return
         (r_a, steps_a, span), (r_b, steps_b, _) = got[0]
         ja, jb = self.jobs[pairing.a], self.jobs[pairing.b]
-        solo_a, solo_b = self._solo_rate(pairing.a), self._solo_rate(pairing.b)
+        solo_a, solo_b = self.solo_rate(pairing.a), self.solo_rate(pairing.b)
         self.sitting.pairs[(ja.spec.name, jb.spec.name)].append((solo_a / r_a, solo_b / r_b, span))
         s_a, s_b, seconds, n = self.sitting.pair(ja.spec.name, jb.spec.name)
         self._news.append(Observation(pairing.a, pairing.b, s_a, s_b))
@@ -434,7 +466,7 @@ class RealWorld:
         rec = self.jobs[j]
         return {
             "workload": rec.spec.name,
-            "steps": rec.spec.steps,
+            "steps": round(rec.length.steps),
             "steps_done": rec.steps,
             "step_s": rec.step_s,
             "startup_est_s": rec.startup_s,
@@ -442,6 +474,7 @@ class RealWorld:
             "startup_s": [round(s, 3) for s in rec.startups],
             "solo_rate": (rec.solo_steps / rec.solo_s) if rec.solo_s else None,
             "exit": rec.exit,
+            "length": rec.length.to_json(),
         }
 
 

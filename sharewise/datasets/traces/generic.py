@@ -3,7 +3,9 @@ in arrival order.
 
 ``duration_s`` is the job's solo run time in seconds; ``steps`` its length in training steps, which the
 device's solo throughput (the dataset's profiles, ``TraceContext.throughputs``) turns into a duration for the
-simulator, and which a physical run runs as they are. A file gives one of the two columns.
+simulator, and which a physical run runs as they are. A file gives one of the two columns. A training
+command (below) may leave its length out (an empty cell, or neither column when every job is a command): its
+``duration`` and ``steps`` are then NaN, and a physical run estimates its length and learns it as it runs.
 
 A ``workload`` cell is a workload name or spec; a command spec (``mytrain=cmd:python train.py``, see
 ``sharewise.command_spec``) is replayed under its recorded name (``mytrain``), the spec kept in ``Trace.spec``.
@@ -34,11 +36,22 @@ def read_generic_csv(path: Path, context: TraceContext | None = None) -> Trace:
     path = Path(path)
     df = read_csv(path, REQUIRED)
     has = [c for c in ("duration_s", "steps") if c in df.columns]
-    if len(has) != 1:
+    commands = df["workload"].map(is_command_spec).to_numpy(dtype=bool)
+    if len(has) > 1 or (not has and not commands.all()):
         raise TraceError(
             f"{path}: give each job's length as exactly one of the columns 'duration_s' (solo seconds) or "
-            f"'steps' (training steps), got {has or 'neither'}"
+            f"'steps' (training steps), got {has or 'neither'} (only a training command, NAME=cmd:..., may "
+            "leave its length out)"
         )
+    blank = np.ones(len(df), dtype=bool) if not has else (df[has[0]].astype(str).str.strip() == "").to_numpy()
+    if (blank & ~commands).any():
+        row = int(np.argmax(blank & ~commands))
+        raise TraceError(
+            f"{path}:{row + 2}: column {has[0]!r} is empty; give the job's length (only a training command, "
+            "NAME=cmd:..., may leave it out, to be estimated and learned as it runs)"
+        )
+    if has and blank.any():
+        df = df.assign(**{has[0]: df[has[0]].where(~blank, "1")})  # parsed as a placeholder, NaN below
     arrival = numeric_column(df, "arrival_s", path, positive=False)
     gpus = whole_column(df, "gpus", path)
     decreasing = np.flatnonzero(np.diff(arrival) < 0)
@@ -71,11 +84,13 @@ def read_generic_csv(path: Path, context: TraceContext | None = None) -> Trace:
             bad = next(i for i, w in enumerate(specs) if _unparsable(w))
             raise TraceError(f"{path}:{bad + 2}: column 'workload': {exc}") from None
     steps = None
-    if has == ["steps"]:
-        steps = whole_column(df, "steps", path)
+    if has != ["duration_s"]:
+        steps = whole_column(df, "steps", path) if has else np.zeros(len(df), dtype=np.int64)
+        if blank.any():
+            steps = np.where(blank, np.nan, steps)
         duration = _steps_to_seconds(steps, workload, path, context)
     else:
-        duration = numeric_column(df, "duration_s", path, positive=True)
+        duration = np.where(blank, np.nan, numeric_column(df, "duration_s", path, positive=True))
     return Trace(
         job_id=job_id,
         arrival=arrival,
