@@ -1,6 +1,6 @@
 """Reference oracles of the policies' compiled rules: the Python and numpy copies the kernels replaced, small and
-slow, which tests hold the kernels equal to (STYLE.md practice 14: the fast path is the implementation, the slow
-copy a test oracle). Nothing here calls a kernel.
+slow, which tests hold the kernels equal to (docs/development/conventions.md, practice 14: the fast path is the
+implementation, the slow copy a test oracle). Nothing here calls a kernel.
 
 - ``pick_free_gpus``, ``by_sensitivity``, ``fastest_block``: the free-GPU rules of ``engine.gpus`` and ``engine.order``.
 - ``shared_completion``, ``pair_constants``, ``release_times``, ``savings``, ``multi_join_holds``: the closed

@@ -5,7 +5,7 @@ thread, best of interleaved repeats) and fails above 20x: linear work grows abou
 O(jobs x GPUs) path about 100x. ``n`` is sized so that a quadratic part costing about an eighth of the linear
 work at ``n`` already fails, and each check was seen to fail once its path was made quadratic on purpose
 (a per-job scan of every GPU, a per-call pass over every job, a per-row scan of every row: the sabotages are
-listed in ``benchmarks/README.md``). Sizes stay inside one cache regime: a vectorized pass whose arrays move
+listed in ``docs/benchmarks/growth.md``). Sizes stay inside one cache regime: a vectorized pass whose arrays move
 from L2 to L3 costs up to 2x more per element (pm-first's call grew 18-20x from 20,000 to 200,000 queued jobs,
 all of it linear work), which would eat the margin. ``benchmarks/bench_growth.py`` prints the measured ratios.
 Jobs and GPUs grow together where a user grows both (``recommend``, ``simulate``): a cost of jobs x GPUs is

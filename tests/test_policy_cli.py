@@ -20,6 +20,18 @@ def test_cli_policies_lists_the_registry(capsys):
     assert [r["name"] for r in rows] == list(REGISTRY) and all(r["summary"] for r in rows)
 
 
+def test_cli_policies_says_what_each_one_does_in_plain_text(capsys):
+    assert run_cli(["policies", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    summaries = [r["summary"] for r in rows]
+    assert len(set(summaries)) == len(summaries), "two policies share one description"
+    assert not [s for s in summaries if "``" in s or "\n" in s]
+    assert rows[0]["knobs"] == {"order": "fifo", "backfill": False}  # a variant's knobs, in JSON only
+    assert run_cli(["policies"]) == 0
+    table = capsys.readouterr().out
+    assert "``" not in table and all(name in table for name in REGISTRY)
+
+
 @pytest.mark.parametrize("command", ["policies", "simulate", "recommend"])
 def test_cli_commands_have_help(command, capsys):
     assert run_cli([command, "--help"]) == 0

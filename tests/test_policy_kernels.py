@@ -1,5 +1,6 @@
 """The compiled kernels against their Python oracles (``policy_oracles``) on generated cases: the closed forms,
-orderings and GPU picks, the placement check, urgent restarts, the SLO rescue and SRPT (STYLE.md practice 14)."""
+orderings and GPU picks, the placement check, urgent restarts, the SLO rescue and SRPT
+(docs/development/conventions.md, practice 14)."""
 
 from __future__ import annotations
 

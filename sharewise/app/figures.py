@@ -7,6 +7,7 @@ imported only when a figure is drawn, so commands that draw nothing never load i
 from __future__ import annotations
 
 import os
+import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -28,10 +29,20 @@ def pyplot():
 
 
 def heatmap_png(matrix: pd.DataFrame, title: str, path: Path) -> Path:
-    """Draw the slowdown matrix (row next to column) as an annotated heatmap."""
+    """Draw the slowdown matrix (row next to column) as an annotated heatmap; return ``path``."""
+    plt = pyplot()
+    fig = heatmap_figure(matrix, title)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def heatmap_figure(matrix: pd.DataFrame, title: str):
+    """Return the heatmap of ``matrix`` as a matplotlib figure, its title wrapped to fit inside it."""
     plt = pyplot()
     n = len(matrix)
-    fig, ax = plt.subplots(figsize=(1.0 + 0.65 * n, 0.8 + 0.55 * n))
+    # At least 4 x 3.2 in: a two-workload matrix with a device name in the title is otherwise a sliver.
+    fig, ax = plt.subplots(figsize=(max(4.0, 1.0 + 0.65 * n), max(3.2, 1.2 + 0.55 * n)))
     values = matrix.to_numpy(dtype=float)
     im = ax.imshow(values, cmap="RdYlGn_r", vmin=1.0, vmax=max(2.5, float(np.nanmax(values))))
     ax.set_xticks(range(n), matrix.columns, rotation=45, ha="right")
@@ -42,12 +53,26 @@ def heatmap_png(matrix: pd.DataFrame, title: str, path: Path) -> Path:
                 ax.text(j, i, f"{values[i, j]:.2f}", ha="center", va="center", fontsize=8)
     ax.set_xlabel("partner")
     ax.set_ylabel("self (slowed down)")
-    ax.set_title(title, fontsize=10)
     fig.colorbar(im, ax=ax, label="slowdown")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    fit_title(fig, ax, title)
+    return fig
+
+
+def fit_title(fig, ax, title: str, fontsize: float = 10) -> None:
+    """Set ``ax``'s title, wrapped at word breaks until it lies inside the figure after ``tight_layout``.
+
+    A long title (a CPU's full name) on a small figure is otherwise cut at both edges of the PNG. The figure
+    is drawn before measuring: an image's fixed aspect moves its axes, and the title with them, only then.
+    """
+    width = len(title)
+    while True:
+        ax.set_title(textwrap.fill(title, width), fontsize=fontsize)
+        fig.tight_layout()
+        fig.canvas.draw()
+        box = ax.title.get_window_extent()
+        if (box.x0 >= 0 and box.x1 <= fig.bbox.width) or width <= 10:
+            return
+        width = max(10, int(width * 0.85))
 
 
 def scatter_png(frame: pd.DataFrame, path: Path, title: str) -> Path:

@@ -53,6 +53,15 @@ def predicted_vs_measured(
     return pd.concat(rows, ignore_index=True)
 
 
+def matrix_html(matrix: pd.DataFrame) -> str:
+    """Return the slowdown matrix as an HTML table with one header row, its corner naming both axes.
+
+    Example: a table whose header reads ``self \\ partner | bert | resnet18`` and whose rows start ``bert``.
+    """
+    labelled = matrix.round(2).rename_axis(index=None, columns="self \\ partner")
+    return labelled.to_html(na_rep="-")
+
+
 def write_report(
     data: list[str | os.PathLike],
     out: str | os.PathLike,
@@ -93,7 +102,7 @@ def write_report(
         figures.append(png)
         sections.append(
             f"<h2>Measured slowdowns ({html.escape(dev)}, {html.escape(mode)})</h2>"
-            f"<img src='{png.name}'>" + matrix.round(2).to_html(na_rep="-")
+            f"<img src='{png.name}'>" + matrix_html(matrix)
         )
 
     n_workloads = len(set(ok["workload_a"]) | set(ok["workload_b"]))
@@ -137,7 +146,8 @@ def write_report(
     page.write_text(
         "<!doctype html><html><head><meta charset='utf-8'><title>sharewise report</title><style>"
         "body{font-family:sans-serif;max-width:1000px;margin:2em auto}table{border-collapse:collapse}"
-        "td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}img{max-width:100%}</style></head><body>"
+        "td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}th{white-space:nowrap}img{max-width:100%}"
+        "</style></head><body>"
         "<h1>sharewise report</h1>" + "\n".join(sections) + "</body></html>"
     )
     return ReportResult(page=page, figures=figures, simulation=sim)
@@ -168,8 +178,13 @@ def _simulate_synthetic(data: str, out: Path, n_gpus: int, n_jobs: int, seed: in
     report = run_simulation(config)
     sim = report.to_json()
     (out / "simulation.json").write_text(json.dumps(sim, indent=2))
+    seen = (
+        "slowdowns predicted by models that never saw the workload (grouped cross-validation)"
+        if report.view == "predicted"
+        else f"{report.view} slowdowns"
+    )
     where = (
         f"synthetic trace of {n_jobs} jobs (seed {seed}) over the measured workloads on {device}; truth: measured "
-        f"pairs; policies see {html.escape(report.view)} predictions"
+        f"pairs; policies see {html.escape(seen)}"
     )
     return sim, where

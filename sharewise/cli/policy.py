@@ -5,11 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from sharewise.cli import options
 from sharewise.cli.common import console, err_console, one_of, print_json
 from sharewise.policy import REGISTRY as POLICIES
+from sharewise.policy import describe
 
 
 def _hours(seconds: float) -> str:
@@ -23,17 +25,15 @@ def policies(as_json: bool = typer.Option(False, "--json", help="Print a JSON li
     """
     rows = []
     for name, func in POLICIES.items():
-        doc = (getattr(func, "func", func).__doc__ or "").strip().splitlines()[0]
-        knobs = getattr(func, "keywords", None)  # a functools.partial binds the knobs of a variant
-        if knobs:
-            doc += " [" + ", ".join(f"{k}={v}" for k, v in knobs.items()) + "]"
-        rows.append({"name": name, "summary": doc})
+        # A functools.partial binds the knobs of a variant; JSON shows them, the table says what they do.
+        knobs = getattr(func, "keywords", None) or {}
+        rows.append({"name": name, "summary": describe(name), "knobs": dict(knobs)})
     if as_json:
         print_json(rows)
         return
     table = Table("policy", "what it does")
     for r in rows:
-        table.add_row(r["name"], r["summary"])
+        table.add_row(r["name"], escape(r["summary"]))
     console.print(table)
 
 

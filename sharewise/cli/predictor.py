@@ -233,7 +233,7 @@ def suggest(
 ):
     """Suggest the K pair runs per new workload that would most improve its predictions, each with why.
 
-    Example: sharewise suggest --model model.json --data reference --workloads bert --budget 2
+    Example: sharewise suggest --model model.json --data my-dataset --workloads my_new_model --budget 2
     """
     from sharewise.app.suggest import SuggestOptions
     from sharewise.app.suggest import suggest as run

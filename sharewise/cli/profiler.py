@@ -115,7 +115,7 @@ def profile(
     workload: list[str] = typer.Argument(
         ...,
         help="Workload names, path/to/file.py:Class specs, or training commands as they are: "
-        "'NAME=cmd:python train.py ARGS' (see the README, 'Your training script as is').",
+        "'NAME=cmd:python train.py ARGS' (see docs/guides/profile.md, 'Your training script as is').",
     ),
     out: Path = typer.Option(..., "--out", "-o", help="Dataset folder to add the profiles to."),
     device: str = DEVICE,

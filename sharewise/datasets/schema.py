@@ -13,67 +13,67 @@ SCHEMA_VERSION = 1
 
 # Required columns and their kinds: "str", "int", "float" (float may hold NaN only where noted).
 PROFILE_COLUMNS: dict[str, str] = {
-    "workload": "str",
-    "family": "str",
-    "batch_size": "int",
-    "device_kind": "str",
-    "device_name": "str",
-    "mode": "str",
-    "host": "str",
-    "torch_version": "str",
-    "created_at": "str",
-    "iter_time_ms": "float",
-    "throughput": "float",
+    "workload": "str",  # built-in name, a user model's recorded name, or a command's NAME
+    "family": "str",  # model family: grouped cross-validation can hold a family out
+    "batch_size": "int",  # samples per step
+    "device_kind": "str",  # cpu or cuda
+    "device_name": "str",  # the device as it names itself (GPU name; CPU model and cores)
+    "mode": "str",  # sharing mode the row belongs to (cpu, cpu-partition, timeslice, mps)
+    "host": "str",  # machine the row was measured on
+    "torch_version": "str",  # PyTorch version of the measuring process
+    "created_at": "str",  # UTC time of the measurement, ISO 8601
+    "iter_time_ms": "float",  # mean step time alone, milliseconds
+    "throughput": "float",  # steps per second alone
 }
 # Optional profile columns that, when present, must have this kind.
 PROFILE_OPTIONAL: dict[str, str] = {
-    "spec": "str",
-    "size": "str",
-    "samples_per_s": "float",
-    "iter_p50_ms": "float",
+    "spec": "str",  # the workload spec as given (file:Class, module:Class, NAME=cmd:...)
+    "size": "str",  # zoo size: tiny, small or full
+    "samples_per_s": "float",  # throughput x batch size
+    "iter_p50_ms": "float",  # step-time percentiles, milliseconds
     "iter_p95_ms": "float",
     "iter_p99_ms": "float",
-    "cv": "float",
-    "repeats": "int",
-    "device_index": "int",
-    "pm_score": "float",
-    "profile_s": "float",
-    "probe_cv": "float",
-    "isolation": "str",
-    "source": "str",
+    "cv": "float",  # spread (coefficient of variation) of the throughput over repeats
+    "repeats": "int",  # measurement windows averaged
+    "device_index": "int",  # index of the device on its host
+    "pm_score": "float",  # throughput relative to the median device of the host (profile --all-devices)
+    "profile_s": "float",  # seconds the profile took
+    "probe_cv": "float",  # spread of f_probe_slowdown over its repeats (how far to trust it)
+    "isolation": "str",  # warm: repeats in long-lived worker processes; fresh: each in new ones
+    "source": "str",  # where the row came from: sharewise, csv, gavel, observed
     # JSON object: GPUs -> isolated steps/s of the whole job on that many GPUs, e.g. '{"1": 4.4, "2": 7.9}'.
     "scale_throughputs": "str",
 }
 
 PAIR_COLUMNS: dict[str, str] = {
-    "workload_a": "str",
+    "workload_a": "str",  # the two workloads of the pair (a self-pair names one twice)
     "workload_b": "str",
-    "device_kind": "str",
-    "device_name": "str",
-    "mode": "str",
-    "solo_a": "float",
+    "device_kind": "str",  # cpu or cuda
+    "device_name": "str",  # the device as it names itself
+    "mode": "str",  # sharing mode: cpu, cpu-partition, timeslice, mps
+    "solo_a": "float",  # steps/s of each workload alone
     "solo_b": "float",
-    "coloc_a": "float",
+    "coloc_a": "float",  # steps/s of each workload next to the other, over the same window
     "coloc_b": "float",
-    "slowdown_a": "float",
-    "slowdown_b": "float",
-    "trials": "int",
-    "cv_a": "float",
+    "slowdown_a": "float",  # solo / co-located throughput of a (1.0: no interference)
+    "slowdown_b": "float",  # the same for b
+    "trials": "int",  # measurement windows averaged
+    "cv_a": "float",  # spread of each slowdown over the windows (NaN in imported data)
     "cv_b": "float",
-    "status": "str",
-    "error": "str",
-    "created_at": "str",
+    "status": "str",  # ok, failed, oom, timeout or skipped
+    "error": "str",  # why a pair that is not ok failed
+    "created_at": "str",  # UTC time of the measurement, ISO 8601
 }
 PAIR_OPTIONAL: dict[str, str] = {
-    "batch_size_a": "int",
+    "batch_size_a": "int",  # batch sizes of the two workloads
     "batch_size_b": "int",
-    "size": "str",
-    "host": "str",
-    "other_cpu_frac": "float",
-    "window_s": "float",
-    "steps_a": "int",
+    "size": "str",  # zoo size: tiny, small or full
+    "host": "str",  # machine the pair ran on
+    "other_cpu_frac": "float",  # CPU time taken by other processes during the windows
+    "window_s": "float",  # length of one measurement window, seconds
+    "steps_a": "int",  # steps each workload made in the windows
     "steps_b": "int",
-    "source": "str",
+    "source": "str",  # where the row came from: sharewise, csv, gavel, observed
     # Half-width of the 95% confidence interval of slowdown_a (_b) over the repeats, as a fraction of it
     # (0.02: known to within 2%); NaN where unknown (one repeat, imported data).
     "ci_a": "float",

@@ -8,6 +8,7 @@ keyword arguments, bound with ``functools.partial``; nothing dispatches on a pol
 
 from __future__ import annotations
 
+import inspect
 from typing import TYPE_CHECKING
 
 from sharewise.engine.interface import ClusterState, Decision, InvalidPlacementError, Placement, Policy, Queue
@@ -47,6 +48,7 @@ __all__ = [
     "Placement",
     "Policy",
     "Queue",
+    "describe",
     "event_driven_names",
     "get_policy",
     "policy_names",
@@ -63,6 +65,20 @@ def event_driven_names() -> list[str]:
     """The registered policies defined for event-driven scheduling: all but those marked ``round_based`` (PAL's
     artifact's, which re-place every job at every 360 s round and run in PAL's setting)."""
     return [n for n in REGISTRY.names() if not getattr(REGISTRY.get(n), "round_based", False)]
+
+
+def describe(name: str) -> str:
+    """Return what the policy registered as ``name`` does, in one plain sentence (``sharewise policies``).
+
+    A variant bound with ``functools.partial`` states its own ``summary``; a plain function's summary is the
+    first paragraph of its docstring. Literal markup (````order````) is dropped: the text goes to a terminal.
+    """
+    policy = REGISTRY.get(name)
+    text = getattr(policy, "summary", None)
+    if text is None:
+        doc = inspect.getdoc(getattr(policy, "func", policy)) or ""
+        text = " ".join(doc.split("\n\n")[0].split())
+    return text.replace("``", "")
 
 
 def get_policy(name: str) -> Policy:

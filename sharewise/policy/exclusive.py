@@ -80,6 +80,17 @@ exclusive_fifo_strict = partial(exclusive, order="fifo", backfill=False)
 exclusive_fifo_backfill = partial(exclusive, order="fifo", backfill=True)
 exclusive_sjf = partial(exclusive, order="sjf")
 
+# What each variant does, for ``sharewise policies`` (``sharewise.policy.describe``).
+exclusive_fifo_strict.summary = (
+    "One job per GPU, in arrival order; the queue stops at the first job that does not fit on the free GPUs "
+    "(Gavel's FIFO)."
+)
+exclusive_fifo_backfill.summary = (
+    "One job per GPU, in arrival order; a job that does not fit on the free GPUs is passed over for later ones "
+    "that do."
+)
+exclusive_sjf.summary = "One job per GPU, shortest job first; a job that does not fit is passed over for smaller ones."
+
 # Exclusive: the simulator need not call it while no queued job fits on the free GPUs.
 exclusive.shares_gpus = False
 exclusive_fifo_strict.shares_gpus = False

@@ -18,7 +18,9 @@ from sharewise.policy.pm_first import select_jobs
 def packed_sticky(
     queue: Queue, cluster: ClusterState, table: SlowdownTable, now: float, *, order: str = "sjf"
 ) -> list[Placement]:
-    """Start jobs exclusively in ``order`` on free GPUs packed on as few nodes as possible (speed-blind).
+    """One job per GPU, shortest first, packed on as few nodes as possible; blind to GPU speed (PAL's baseline).
+
+    Jobs start in ``order`` (``sjf`` or ``fifo``) and keep their GPUs.
 
     Returns
     -------

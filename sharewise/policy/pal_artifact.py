@@ -184,6 +184,22 @@ packed_non_sticky = functools.partial(blox_round, rule="packed", sticky=False)
 pm_first_artifact = functools.partial(blox_round, rule="pm-first", sticky=False, by_class=True)
 pal_artifact = functools.partial(blox_round, rule="pal", sticky=False, by_class=True)
 
+# What each variant does, for ``sharewise policies`` (``sharewise.policy.describe``).
+packed_sticky_artifact.summary = (
+    "PAL's artifact, in rounds: strict FIFO; running jobs keep their GPUs, new ones go on as few nodes as possible."
+)
+packed_non_sticky.summary = (
+    "PAL's artifact, in rounds: strict FIFO; every job is placed again on as few nodes as possible (may migrate)."
+)
+pm_first_artifact.summary = (
+    "PAL's artifact, in rounds: strict FIFO; every job is placed again, most variability-sensitive class first, "
+    "on the GPUs that are fastest for its class."
+)
+pal_artifact.summary = (
+    "PAL's artifact, in rounds: strict FIFO; every job is placed again, most variability-sensitive class first, "
+    "on the fastest GPUs for its class, weighed against spanning nodes."
+)
+
 # Sticky: never stops a job, so it need not be called while no queued job fits on the free GPUs.
 packed_sticky_artifact.shares_gpus = False
 for _policy in (packed_non_sticky, pm_first_artifact, pal_artifact):

@@ -37,10 +37,11 @@ def sharing_times(
 def sjf_bsbf(
     queue: Queue, cluster: ClusterState, table: SlowdownTable, now: float, *, quantile: str = "p50"
 ) -> list[Placement]:
-    """Place jobs shortest first; share a GPU with its resident only if ``t_con < t_seq``.
+    """Shortest job first; a job shares a GPU only if the pair ends sooner together than one after the other.
 
-    A job takes free GPUs first; if too few, it adds GPUs whose single resident passes the check, in ascending
-    ``t_con`` (best sharing benefit first); if still too few it waits. Slowdowns are the table's ``quantile``.
+    The check is ``t_con < t_seq`` (``sharing_times``). A job takes free GPUs first; if too few, it adds GPUs
+    whose single resident passes the check, in ascending ``t_con`` (best sharing benefit first); if still too
+    few it waits. Slowdowns are the table's ``quantile``.
 
     Returns
     -------

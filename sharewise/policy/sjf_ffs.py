@@ -15,7 +15,7 @@ def _first_fit(workloads: np.ndarray, remaining: np.ndarray, gpus: np.ndarray, s
 
 
 def sjf_ffs(queue: Queue, cluster: ClusterState, table: SlowdownTable, now: float) -> list[Placement]:
-    """Place jobs shortest first: on free GPUs if enough, else also on the first GPUs holding one job.
+    """Shortest job first: on free GPUs if enough, else also on the first GPUs holding one job (no slowdown check).
 
     The only check is whether the pair may share at all (memory); the predicted slowdown is ignored. Free GPUs
     are taken first (on as few nodes as possible), then shared GPUs in index order (first fit).

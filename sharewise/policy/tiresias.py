@@ -39,7 +39,9 @@ def tiresias(
     *,
     thresholds: tuple[float, ...] = DEFAULT_THRESHOLDS,
 ) -> Decision:
-    """Decide which jobs run by 2D-LAS priority (see the module docstring); preempt the ones that lose out.
+    """Jobs that have had the least GPU time run first (2D-LAS); a job demoted past a threshold is preempted.
+
+    The module docstring states the queues, the order and when a job is preempted.
 
     Returns
     -------

@@ -13,7 +13,8 @@ SIZES = ("tiny", "small", "full")
 #: ``fresh``: new processes for every repeat (today's pytorch/benchmark-style isolation).
 ISOLATIONS = ("warm", "fresh")
 
-# Measurement constants (STYLE.md practice 3): warm-up until step time settles, then fixed windows.
+# Measurement constants (docs/development/conventions.md, practice 3): warm-up until step time settles, then
+# fixed windows.
 WARMUP_STEPS = 4  # at least this many steps before any window
 WARMUP_MAX_S = 20.0  # give up waiting for step time to settle after this long (and record it)
 SETTLE_TOLERANCE = 0.10  # median of the last 3 steps within 10% of that one step earlier: settled

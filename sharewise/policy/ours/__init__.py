@@ -75,3 +75,7 @@ def sharewise(
 
 sharewise.preemptive = True  # the simulator calls it whenever jobs wait (it may stop running jobs)
 
+sharewise.summary = (
+    "Ours: shortest job first on free GPUs, placed by speed; a waiting job shares a GPU where the SLO holds at the "
+    "pessimistic end of the predicted interval and sharing pays; SLO-guarded preemption of long jobs."
+)

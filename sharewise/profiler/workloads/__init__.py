@@ -89,7 +89,7 @@ def load_workload_class(spec: str) -> type[Workload]:
             raise UnknownWorkloadError(
                 f"unknown workload {spec!r}; to measure a training script as it is, name it as a command: "
                 f"'{stem}=cmd:{spec if ' ' in spec else 'python ' + spec}' (see 'Your training script as is' "
-                "in the README)"
+                "in docs/guides/profile.md)"
             )
         raise UnknownWorkloadError(
             f"unknown workload {spec!r}; known workloads: {', '.join(workload_names())}. "
