@@ -128,6 +128,9 @@ def test_the_job_environment_layers_thread_settings_device_spec_and_protocol(tmp
     assert "SHAREWISE_PIN_CORES" not in again
     with pytest.raises(ConfigError):
         job_environment(c, progress_path=tmp_path / "p", max_steps=0, base=base)
+    observed = {**base, "SHAREWISE_OBSERVE_PORT": "9478", "SHAREWISE_OBSERVE_NAME": "theirs"}
+    env = job_environment(c, progress_path=tmp_path / "p", base=observed)
+    assert not any(k.startswith("SHAREWISE_OBSERVE_") for k in env), "an exported observe port must not reach a job"
 
 
 def test_a_missing_working_directory_or_program_is_a_named_error(tmp_path):

@@ -1,5 +1,5 @@
-"""The ``sharewise`` package imports only downward (STYLE.md practice 15): no import cycle of any kind, and every
-import between its packages goes from a higher layer to a lower one (``LAYERS``).
+"""The ``sharewise`` package imports only downward (docs/development/conventions.md, practice 15): no import
+cycle of any kind, and every import between its packages goes from a higher layer to a lower one (``LAYERS``).
 
 The graph has one node per module of the package (a package is its ``__init__``) and an edge from a module to
 every ``sharewise`` module it imports, read with ``ast`` from ``import sharewise.x``, ``from sharewise.x import y``
@@ -166,7 +166,7 @@ LAYERS = (
     ("profiler", "predictor"),
     ("engine",),
     ("policy", "planner"),
-    ("runtime",),
+    ("runtime", "observe"),
     ("deploy",),
     ("app",),
     ("cli",),

@@ -26,7 +26,7 @@ app = typer.Typer(
 
 # The command areas, in the order ``sharewise --help`` lists them. A module that fails to import is a bug
 # and fails loudly: a silently missing command is worse.
-COMMAND_MODULES = ("profiler", "predictor", "imports", "recommend", "policy", "run", "report")
+COMMAND_MODULES = ("profiler", "predictor", "imports", "recommend", "policy", "run", "observe", "report")
 
 for _name in COMMAND_MODULES:
     importlib.import_module(f"sharewise.cli.{_name}").register(app)

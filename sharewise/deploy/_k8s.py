@@ -22,6 +22,14 @@ TEMPLATE_NOTE = (
     f"each Pod is a template of the job's pod: replace the image ({IMAGE_PLACEHOLDER}) and add the job's "
     "command; keep what sharewise set (nodeSelector, GPU request, env, sharewise/* annotations)"
 )
+#: Where Prometheus's usual pod discovery (the ``kubernetes-pods`` job) looks for a pod's metrics.
+SCRAPE_ANNOTATIONS = ("prometheus.io/scrape", "prometheus.io/port", "prometheus.io/path")
+METRICS_PORT_NAME = "sharewise"
+OBSERVE_NOTE = (
+    "observed: each Pod serves its job's step rate on its 'sharewise' port (SHAREWISE_OBSERVE_* env, "
+    "prometheus.io/* annotations) once the command runs as `sharewise observe -- COMMAND` (sharewise installed in "
+    "the image); `sharewise collect --prometheus URL` turns the pairs Prometheus saw into pair rows"
+)
 
 
 def dns_label(text: str, limit: int = 63) -> str:
@@ -79,7 +87,8 @@ def job_pod(
     extra_annotations: dict[str, str] | None = None,
     claims: list[dict] | None = None,
 ) -> dict:
-    """Return the Pod of ``job`` (a plain dict of the ``v1`` Pod schema) with ``resources`` on its container.
+    """Return the Pod of ``job`` (a plain dict of the ``v1`` Pod schema) with ``resources`` on its container, and
+    what observing it takes (``JobDeploy.observe_env``, its port, the ``prometheus.io/*`` annotations).
 
     Example::
 
@@ -89,8 +98,13 @@ def job_pod(
                                   "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
     """
     container: dict = {"name": CONTAINER, "image": IMAGE_PLACEHOLDER}
+    env = {**(env or {}), **job.observe_env()}
     if env:
         container["env"] = [{"name": k, "value": v} for k, v in env.items()]
+    scrape = {}
+    if job.observe_port is not None:
+        container["ports"] = [{"name": METRICS_PORT_NAME, "containerPort": job.observe_port}]
+        scrape = dict(zip(SCRAPE_ANNOTATIONS, ("true", str(job.observe_port), "/metrics"), strict=True))
     container["resources"] = resources
     spec: dict = {}
     nodes = sorted({d.node for d in placement.devices if d.node})
@@ -99,7 +113,7 @@ def job_pod(
     if claims:
         spec["resourceClaims"] = claims
     spec["containers"] = [container]
-    meta = {"name": name, "annotations": {**annotations(job, placement), **(extra_annotations or {})}}
+    meta = {"name": name, "annotations": {**annotations(job, placement), **scrape, **(extra_annotations or {})}}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
 
 

@@ -12,7 +12,7 @@ is a ``kubernetes.io/hostname`` node selector, so the format needs the node of e
 from __future__ import annotations
 
 from sharewise.deploy import Emitter
-from sharewise.deploy._k8s import TEMPLATE_NOTE, job_pod, pod_names, yaml_stream
+from sharewise.deploy._k8s import OBSERVE_NOTE, TEMPLATE_NOTE, job_pod, pod_names, yaml_stream
 from sharewise.deploy.plan import DeployPlan, JobDeploy, PlacementDeploy
 
 GPU = "nvidia.com/gpu"
@@ -50,6 +50,7 @@ def emit(plan: DeployPlan) -> str:
         "HAMi: pods share a GPU by their nvidia.com/gpumem (MiB) and nvidia.com/gpucores (percent) limits, "
         "enforced by HAMi-core; a job alone asks nvidia.com/gpumem-percentage 100 so nothing fits beside it",
         TEMPLATE_NOTE,
+        OBSERVE_NOTE,
     ]
     if plan.sharing != "mps":
         notes.append("timeslice: no nvidia.com/gpucores cap (the slowdowns were predicted without one)")

@@ -22,6 +22,7 @@ import json
 
 from sharewise.deploy import Emitter
 from sharewise.deploy._k8s import (
+    OBSERVE_NOTE,
     TEMPLATE_NOTE,
     job_pod,
     mebibytes,
@@ -118,6 +119,7 @@ def emit(plan: DeployPlan) -> str:
         f"NVIDIA DRA driver: pods that reference the same ResourceClaim share its GPU (device class {DEVICE_CLASS}); "
         "create the claims before the pods, in the pods' namespace",
         TEMPLATE_NOTE,
+        OBSERVE_NOTE,
     ]
     if plan.sharing == "mps":
         notes.append(

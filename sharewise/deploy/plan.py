@@ -32,6 +32,7 @@ import pandas as pd
 from sharewise.deploy import Emitter
 from sharewise.errors import DatasetError, InvalidPlacementError
 from sharewise.predictor.memory import MEMORY_COLUMNS, STATIC_MEMORY, job_memory
+from sharewise.profiler.exporter import DEFAULT_PORT, ENV_HOST, ENV_NAME, ENV_PORT
 
 if TYPE_CHECKING:
     from sharewise.planner.pairing import Plan
@@ -45,6 +46,8 @@ MPS_MIN_PERCENT = 10
 DEMAND_COLUMNS = (("f_nvml_sm_util_mean", 0.01), ("f_busy_frac", 1.0))
 #: ``sharing`` of a GPU that holds one job.
 EXCLUSIVE = "exclusive"
+#: An observed job of a plan binds every address: the cluster's Prometheus scrapes it from another machine.
+OBSERVE_HOST = "0.0.0.0"
 
 RULES = {
     "memory_limit": (
@@ -66,6 +69,11 @@ RULES = {
     "slowdowns": (
         "p50/p90 are the model's predictions for the profiled device in the measured sharing mode; the runs "
         "behind them had no thread or memory limits"
+    ),
+    "observe": (
+        f"every job exports its step rate for `sharewise collect` on port {DEFAULT_PORT} + its rank among the plan's "
+        f"jobs of its node, bound to {OBSERVE_HOST}, named by its workload, once its command runs under "
+        "`sharewise observe --` (or with sharewise's hook folder first on PYTHONPATH: `sharewise observe --print-env`)"
     ),
 }
 
@@ -173,6 +181,7 @@ class JobDeploy:
     sm_demand: float | None
     demand_source: str | None
     spec: str | None = None  # the workload spec the job was queued as, where it is a command
+    observe_port: int | None = None  # the port it serves its step rate on (``observe_env``)
 
     @property
     def memory_limit_mib(self) -> int | None:
@@ -192,6 +201,16 @@ class JobDeploy:
             "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": f"0={self.memory_limit_mib}M",
         }
 
+    def observe_env(self) -> dict[str, str]:
+        """Return the environment that makes the job export its steps (``sharewise observe``; see ``RULES``).
+
+        Example: ``{"SHAREWISE_OBSERVE_PORT": "9478", "SHAREWISE_OBSERVE_HOST": "0.0.0.0",
+        "SHAREWISE_OBSERVE_NAME": "bert"}``; empty for a job given no port.
+        """
+        if self.observe_port is None:
+            return {}
+        return {ENV_PORT: str(self.observe_port), ENV_HOST: OBSERVE_HOST, ENV_NAME: self.workload}
+
     def to_json(self) -> dict:
         spec = {} if self.spec is None else {"spec": self.spec}
         return {
@@ -208,6 +227,7 @@ class JobDeploy:
             "active_thread_percentage": self.active_thread_percentage,
             "sm_demand": self.sm_demand,
             "demand_source": self.demand_source,
+            "observe": {"port": self.observe_port, "env": self.observe_env()},
         }
 
 
@@ -340,8 +360,12 @@ def build_deploy_plan(
     raises: ``recommend`` forbids such pairs before planning, so this is a guard.
     """
     out = []
+    ranks: dict[str | None, int] = {}  # observed jobs of a node so far: each gets the next port
     for p in plan.placements:
         shared = len(p["jobs"]) > 1
+        node = devices[p["gpus"][0]].node
+        ports = [DEFAULT_PORT + ranks.get(node, 0) + k for k in range(len(p["jobs"]))]
+        ranks[node] = ranks.get(node, 0) + len(p["jobs"])
         res = [resources[w] for w in p["workloads"]]
         limits = [memory_limit(r.peak_memory_bytes) if shared else None for r in res]
         if shared:
@@ -370,6 +394,7 @@ def build_deploy_plan(
                 sm_demand=r.sm_demand,
                 demand_source=r.demand_source,
                 spec=None if spec == w else spec,
+                observe_port=ports[k],
             )
             for k, (job, w, r, spec) in enumerate(
                 zip(p["jobs"], p["workloads"], res, p.get("specs", p["workloads"]), strict=True)

@@ -7,6 +7,8 @@ the bundle's GPU. Under ``mps`` each task's ``runtime_env`` sets ``CUDA_MPS_ACTI
 resources are logical: ``num_gpus`` limits neither compute nor memory, and a bundle is not pinned to the
 plan's node or GPU index, so the script says so. A join's task cannot enter the resident's bundle; it asks
 for half a GPU anywhere. The script needs only ``ray``: ``submit(run_job)`` returns ``{job_id: ObjectRef}``.
+Each task's ``runtime_env`` also holds the ``SHAREWISE_OBSERVE_*`` variables that make it serve its step rate
+where sharewise's step hook is on the workers' ``PYTHONPATH``.
 """
 
 from __future__ import annotations
@@ -87,7 +89,8 @@ def placement_spec(placement: PlacementDeploy) -> dict:
         "gpus": [d.gpu for d in placement.devices],
         "bundle": None if join else {"GPU": float(k)},
         "jobs": [
-            {"job_id": j.job_id, "workload": j.workload, "num_gpus": share, "env": j.mps_env()}
+            {"job_id": j.job_id, "workload": j.workload, "num_gpus": share,
+             "env": {**j.mps_env(), **j.observe_env()}}
             for j in placement.queued()
         ],
     }
@@ -101,6 +104,8 @@ def emit(plan: DeployPlan) -> str:
         "bundles are not pinned to the plan's node or GPU index: Ray chooses; a shared GPU's two tasks share "
         "whichever GPU their bundle reserved",
         "run: python THIS_FILE --address auto, or import it and call submit(your_job_function)",
+        "observed: each task's env holds SHAREWISE_OBSERVE_* (port, 0.0.0.0, name); it serves its step rate where "
+        "sharewise's hook folder (`sharewise observe --print-env`) is first on the workers' PYTHONPATH",
     ]
     if plan.has_joins:
         notes.append("a join's task cannot enter the resident's bundle: it asks for its fraction of any GPU")

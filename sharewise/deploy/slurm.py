@@ -9,7 +9,9 @@
 - a job alone: ``--gres=gpu:<k>``.
 
 ``-w <node>`` pins the node; Slurm cannot pin a GPU, so a pair shares a GPU only if Slurm puts both jobs on
-the same one (the script says so). The job script is a placeholder, ``<job_id>.sbatch``.
+the same one (the script says so). The job script is a placeholder, ``<job_id>.sbatch``. Every job gets the
+``SHAREWISE_OBSERVE_*`` variables through ``--export`` (its port in its line's comment), so a batch script that
+runs it under ``sharewise observe`` serves its step rate to Prometheus.
 """
 
 from __future__ import annotations
@@ -36,20 +38,24 @@ def sbatch(job: JobDeploy, placement: PlacementDeploy) -> list[str]:
     """Return the ``sbatch`` command of one job as arguments."""
     nodes = ",".join(sorted({d.node for d in placement.devices}))
     args = ["sbatch", f"--job-name={job.job_id}", "-w", nodes, f"--gres={gres(job, placement)}"]
+    export = dict(job.observe_env())
     if placement.shared and placement.sharing == "mps":
-        args.append(f"--export=ALL,CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0={job.memory_limit_mib}M")
+        export["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = f"0={job.memory_limit_mib}M"
+    if export:
+        args.append("--export=" + ",".join(["ALL", *(f"{k}={v}" for k, v in export.items())]))
     return [*args, f"{job.job_id}.sbatch"]
 
 
 def _comment(job: JobDeploy, placement: PlacementDeploy) -> str:
     gpus = ",".join(d.gpu for d in placement.devices)
     partner = placement.partner(job)
+    metrics = "" if job.observe_port is None else f"; metrics on {placement.devices[0].node}:{job.observe_port}"
     if partner is None:
-        return f"GPU {gpus} alone"
+        return f"GPU {gpus} alone{metrics}"
     joins = " (resident, already running)" if partner.resident else ""
     return (
         f"GPU {gpus} with {partner.job_id}{joins}: p50 {job.p50:.2f}, p90 {job.p90:.2f}, "
-        f"memory limit {job.memory_limit_mib} MiB"
+        f"memory limit {job.memory_limit_mib} MiB{metrics}"
     )
 
 
@@ -61,6 +67,9 @@ def emit(plan: DeployPlan) -> str:
         f"assumes gres.conf gives each GPU Name=mps Count={MPS_COUNT_PER_GPU} (mps:<n> is a percent of a GPU; "
         f"Slurm sets CUDA_MPS_ACTIVE_THREAD_PERCENTAGE from it) and Name=shard Count={SHARDS_PER_GPU}",
         "replace each <job_id>.sbatch with the job's batch script",
+        "observed: --export gives each job SHAREWISE_OBSERVE_* (port, 0.0.0.0, name); in the batch script run the "
+        "job as `srun sharewise observe -- COMMAND` and it serves its step rate on the port in its comment, for a "
+        "Prometheus that scrapes those node:port targets (`sharewise collect` turns them into pair rows)",
     ]
     if plan.sharing != "mps":
         notes.append("shards limit no memory: the limits are in the comments only")

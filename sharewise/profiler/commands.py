@@ -64,6 +64,7 @@ from sharewise.command_spec import (
 )
 from sharewise.errors import ConfigError, SharewiseError
 from sharewise.profiler import progress
+from sharewise.profiler.exporter import OBSERVE_ENV
 
 __all__ = [
     "GRAMMAR",
@@ -131,7 +132,9 @@ def job_environment(
         raise ConfigError(f"start_step must be >= 0, got {start_step}")
     where = tuple(cores) if cores else available_cores()
     env = worker_env(CoreAssignment(where, threads or len(where)), dict(os.environ if base is None else base))
-    for key in (progress.ENV_MAX_STEPS, ENV_FEATURES, ENV_PIN, ENV_DIE_WITH_PARENT, ENV_NO_HOOK):
+    # A job sharewise measures is not one another scheduler started: an exported $SHAREWISE_OBSERVE_PORT would make
+    # every worker try the same port (``sharewise observe``'s variables).
+    for key in (progress.ENV_MAX_STEPS, ENV_FEATURES, ENV_PIN, ENV_DIE_WITH_PARENT, ENV_NO_HOOK, *OBSERVE_ENV):
         env.pop(key, None)
     if cuda_devices is not None:
         env["CUDA_VISIBLE_DEVICES"] = str(cuda_devices)

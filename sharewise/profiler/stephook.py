@@ -22,7 +22,9 @@ worker does after every step. Each step appends ``<step> <unix time>`` to ``$SHA
 (``progress.ProgressWriter``, which continues from ``$SHAREWISE_START_STEP``). Once the count reaches
 ``$SHAREWISE_MAX_STEPS`` the hook raises ``SystemExit(0)`` from inside that ``optimizer.step()`` (or ``sys.audit``
 call), so ``finally`` blocks and ``atexit`` handlers run; a script that swallows it is ended with ``os._exit(0)``
-at its next step.
+at its next step. With ``$SHAREWISE_OBSERVE_PORT`` set the steps are also served as Prometheus metrics
+(``exporter``), with or without a progress file: without one, each process counts its own steps and the
+first to bind the port is the one observed.
 
 **Features.** With ``$SHAREWISE_FEATURES`` set the hook writes there (JSON, atomically): ``{"info": {...}}``
 at the first step (pid, torch version, device), and ``{"info": ..., "features": {...}}`` once the driver
@@ -50,6 +52,7 @@ import weakref
 from typing import Any
 
 from sharewise.profiler import progress
+from sharewise.profiler.exporter import StepExporter
 
 #: The event of the explicit call: ``sys.audit("sharewise.step")``.
 AUDIT_EVENT = "sharewise.step"
@@ -67,7 +70,8 @@ class StepHook:
     """Counts a job's steps and writes them to its progress file (see the module docstring).
 
     ``environ`` holds the protocol variables (``progress.ENV_*``, ``commands.ENV_FEATURES``,
-    ``commands.ENV_TOKEN``); a hook without ``SHAREWISE_PROGRESS`` counts nothing.
+    ``commands.ENV_TOKEN``, ``exporter.ENV_*``); a hook with neither ``SHAREWISE_PROGRESS`` nor
+    ``SHAREWISE_OBSERVE_PORT`` counts nothing.
     """
 
     def __init__(self, environ: dict[str, str]) -> None:
@@ -89,6 +93,7 @@ class StepHook:
         self.features_done = False
         self.stopping = False
         self.info: dict[str, Any] = {}
+        self.exporter = StepExporter.from_env(environ)
         self._lock = threading.Lock()
 
     # -- the two sources of steps ---------------------------------------------------------------------------
@@ -119,8 +124,10 @@ class StepHook:
                 count = self.writer.step()
             except OSError as exc:  # the progress file is unwritable: the job runs on, unreported
                 sys.stderr.write(f"sharewise step hook: cannot report steps to {self.path}: {exc}\n")
-                self.path, self.owner_pid = None, None
+                self.path, self.owner_pid, self.exporter = None, None, None
                 return None
+            if self.exporter is not None:
+                self.exporter.on_step()
         if self.features_path is not None and not self.features_done:
             self._features_tick()
         if self.max_steps is not None and count >= self.max_steps:
@@ -134,8 +141,14 @@ class StepHook:
         pid = os.getpid()
         if self.owner_pid == pid:
             return True
-        if self.path is None or self.declined_pid == pid or self.owner_pid is not None:
-            return False  # no protocol, another process owns the count, or a fork of the owner
+        if self.declined_pid == pid or self.owner_pid is not None:
+            return False  # another process owns the count, or a fork of the owner
+        if self.path is None:  # observed only: no progress file (or none is asked for)
+            if self.exporter is None:
+                return False
+            self.owner_pid, self.writer = pid, _Count(self.start_step)
+            self.info = _job_info(source)
+            return True
         owner = f"{self.path}.owner"
         mine = f"{self.token} {pid}"
         try:
@@ -191,6 +204,17 @@ class StepHook:
         self.features_done = True
         self.profile = None
         _try_write(self.features_path, payload)
+
+
+class _Count:
+    """The writer of a job observed without a progress file: it counts, and writes nothing."""
+
+    def __init__(self, start_step: int) -> None:
+        self.steps = int(start_step)
+
+    def step(self) -> int:
+        self.steps += 1
+        return self.steps
 
 
 def _write_text(path: str, text: str) -> None:
@@ -378,8 +402,9 @@ def install(environ: dict[str, str] | None = None) -> StepHook | None:
     """
     env = os.environ if environ is None else environ
     from sharewise.profiler.commands import ENV_NO_HOOK
+    from sharewise.profiler.exporter import ENV_PORT
 
-    if not env.get(progress.ENV_PATH) or env.get(ENV_NO_HOOK) == "1":
+    if not (env.get(progress.ENV_PATH) or env.get(ENV_PORT)) or env.get(ENV_NO_HOOK) == "1":
         return None
     existing = getattr(sys, "_sharewise_step_hook", None)
     if existing is not None:

@@ -1,8 +1,10 @@
 """sharewise's step hook at interpreter start (this folder is first on a command job's PYTHONPATH).
 
 Installs ``sharewise.profiler.stephook`` (imported from ``$SHAREWISE_LIB``, the sharewise that launched the
-job, without leaving that folder on ``sys.path``), pins the interpreter to its cores and arranges to die
-with its launcher when asked, then runs the ``sitecustomize`` this one shadows, if there is one.
+job, without leaving that folder on ``sys.path``; for a job observed by environment alone,
+``$SHAREWISE_OBSERVE_PORT`` without a launcher, the sharewise of the job's own Python), pins the interpreter to
+its cores and arranges to die with its launcher when asked, then runs the ``sitecustomize`` this one shadows,
+if there is one.
 Nothing here may break the user's program: a failure is one line on stderr.
 """
 
@@ -29,15 +31,19 @@ def _sharewise_setup():
         except (OSError, ValueError):
             pass
     lib = env.get("SHAREWISE_LIB")
-    if not env.get("SHAREWISE_PROGRESS") or not lib:
+    observed = bool(env.get("SHAREWISE_OBSERVE_PORT"))  # without a launcher: sharewise from the job's own Python
+    if not (env.get("SHAREWISE_PROGRESS") and lib) and not observed:
         return
     try:
-        sys.path.insert(0, lib)
+        if lib:
+            sys.path.insert(0, lib)
         try:
             from sharewise.profiler import stephook
+
+            stephook.install()  # still on the path: the exporter's prometheus_client may live beside sharewise
         finally:
-            sys.path.remove(lib)
-        stephook.install()
+            if lib:
+                sys.path.remove(lib)
     except Exception as exc:  # the program runs on; its steps go unreported, which the driver names
         sys.stderr.write(f"sharewise: step hook not installed: {type(exc).__name__}: {exc}\n")
 
