@@ -58,15 +58,15 @@ def test_the_exporter_serves_every_family_with_its_labels(exporter):
     families = scrape(exporter.url)
     assert set(METRICS) <= set(families)
     observed = families["sharewise_run_job_observed_slowdown"]
-    assert {s.labels["job"] for s in observed} == {"a", "b"}  # the paused job's rate is unknown: left out
+    assert {s.labels["job_id"] for s in observed} == {"a", "b"}  # the paused job's rate is unknown: left out
     for name in METRICS:
         if name.startswith("sharewise_run_job_"):
             for sample in families[name]:
                 assert set(JOB_LABELS) <= set(sample.labels) and math.isfinite(sample.value)
-    p50 = {s.labels["job"]: (s.labels["partner"], s.value)
+    p50 = {s.labels["job_id"]: (s.labels["partner"], s.value)
            for s in families["sharewise_run_job_predicted_slowdown_p50"]}
     assert p50 == {"a": ("b", 1.38), "b": ("a", 1.05)}
-    states = {s.labels["job"]: s.labels["state"] for s in families["sharewise_run_job_state"]}
+    states = {s.labels["job_id"]: s.labels["state"] for s in families["sharewise_run_job_state"]}
     assert states == {"a": "running", "b": "running", "c": "paused"}
     assert [s.value for s in families["sharewise_run_slot_jobs"]] == [2.0]
     counters = {s.name: s.value for f in ("sharewise_run_decisions", "sharewise_run_preemptions",
@@ -171,9 +171,9 @@ def test_a_run_serves_its_jobs_series_while_they_run(tmp_path):
         samples = seen_pair[name]
         assert samples and all(math.isfinite(s.value) for s in samples), name
         assert all(s.labels.get("policy") == "sjf-ffs" for s in samples)
-    rates = {s.labels["job"]: s for s in seen_pair["sharewise_run_job_steps_per_second"]}
+    rates = {s.labels["job_id"]: s for s in seen_pair["sharewise_run_job_steps_per_second"]}
     assert set(rates) == {"x", "y"} and all(s.value > 0 and s.labels["slot"] == "0" for s in rates.values())
-    partners = {s.labels["job"]: s.labels["partner"] for s in seen_pair["sharewise_run_job_predicted_slowdown_p50"]}
+    partners = {s.labels["job_id"]: s.labels["partner"] for s in seen_pair["sharewise_run_job_predicted_slowdown_p50"]}
     assert partners == {"x": "y", "y": "x"}
     assert [s.value for s in seen_pair["sharewise_run_slot_jobs"]] == [2.0]
     assert f"serving live metrics at {url}" in " ".join(err.split())

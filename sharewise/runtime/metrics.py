@@ -10,7 +10,7 @@ the same names.
 
 The run feeds the exporter a ``PolicyView`` after every event of its loop and every few seconds between
 (``policy_view``); a scrape reads the latest views, so it never waits on the run and never sees half an
-update. Every per-job series is labelled ``job``, ``workload``, ``slot`` and ``policy`` (``slot`` is ``0``,
+update. Every per-job series is labelled ``job_id``, ``workload``, ``slot`` and ``policy`` (``slot`` is ``0``,
 ``0+1`` for a job on two slots, ``none`` for one that holds none); samples whose value is not known yet (a
 job's rate before it stepped) are left out rather than served as NaN.
 """
@@ -48,7 +48,9 @@ METRICS: dict[str, tuple[str, str]] = {
 }
 #: A job's states, as the ``state`` label says them.
 STATES = ("not_arrived", "queued", "running", "paused", "done", "failed")
-JOB_LABELS = ("job", "workload", "slot", "policy")
+#: ``job_id``, not ``job``: Prometheus sets ``job`` on every series to the scrape job's name (the exporter's own would
+#: become ``exported_job``), which would fold every job of a run into one series.
+JOB_LABELS = ("job_id", "workload", "slot", "policy")
 
 
 class MetricsPortError(ConfigError):
