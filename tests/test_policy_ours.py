@@ -262,19 +262,25 @@ def test_sharewise_restarts_a_preempted_job_before_its_slack_runs_out():
 
 
 
+def _one_resident(gpus, resident_work, waiting_work):
+    """A cluster of 20 job slots whose job 0 (workload a, ``resident_work`` s in all) started at -5 s and has 10 s
+    left, on the GPUs ``gpus`` describes; jobs 10 and 11 wait with ``waiting_work`` s of work each."""
+    remaining = np.zeros(20)
+    remaining[0] = 10.0
+    start = np.full(20, np.nan)
+    start[0] = -5.0
+    work = np.ones(20)
+    work[0], work[10], work[11] = resident_work, *waiting_work
+    return make_cluster(gpus, 20, remaining=remaining, start=start, work=work)
+
+
 def _two_joiners(**knobs):
     """One GPU whose job (workload a, 10 s left) runs alone; two jobs wait: 12 s of workload b, 25 s of c. By
     hand (p50 = p90; ``shared_ends``): the resident ends first next to either, so its stretch decides. Next to b:
     10 x (2 x 1.2 - 1 - 1.2/1.6) = 6.5 s, saving 10 - 6.5 = 3.5 s; next to c: 10 x (2 x 1.05 - 1 - 1) = 1.0 s,
     saving 9.0 s. Both save; the shorter job is b."""
     p50 = np.array([[1.0, 1.2, 1.05], [1.6, 1.0, 1.0], [1.05, 1.0, 1.0]])
-    remaining = np.zeros(20)
-    remaining[0] = 10.0
-    start = np.full(20, np.nan)
-    start[0] = -5.0
-    work = np.ones(20)
-    work[0], work[10], work[11] = 15.0, 12.0, 25.0
-    cluster = make_cluster([[0, -1]], 20, remaining=remaining, start=start, work=work)
+    cluster = _one_resident([[0, -1]], 15.0, (12.0, 25.0))
     queue = make_queue([(10, 12.0, 1, 1), (11, 25.0, 1, 2)])
     return sharewise(queue, cluster, table(p50), 5.0, preempt=False, **knobs)
 
@@ -295,13 +301,7 @@ def test_a_gpu_taken_in_this_call_is_busy_in_the_joiners_alternative():
     ways): job 11 ends after the resident: stretch 10 x (2 x 1.2 - 1 - 1) = 4 s; its wait is its turn, 5 s; it
     saves 1 s and joins GPU 1. Counting GPU 0 as free (release 0), it would save -4 s and wait."""
     p50 = np.array([[1.2, 1.2, 1.0], [1.2, 1.2, 1.0], [1.0, 1.0, 1.0]])
-    remaining = np.zeros(20)
-    remaining[0] = 10.0
-    start = np.full(20, np.nan)
-    start[0] = -5.0
-    work = np.ones(20)
-    work[0], work[10], work[11] = 15.0, 5.0, 12.0
-    cluster = make_cluster([[-1, -1], [0, -1]], 20, remaining=remaining, start=start, work=work)
+    cluster = _one_resident([[-1, -1], [0, -1]], 15.0, (5.0, 12.0))
     queue = make_queue([(10, 5.0, 1, 2), (11, 12.0, 1, 1)])
     got = sharewise(queue, cluster, table(p50), 5.0, preempt=False)
     assert got == [Placement(10, (0,)), Placement(11, (1,))]
