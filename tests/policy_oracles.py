@@ -174,13 +174,15 @@ def multi_join_holds(job, wl, rem, shared, sp, cluster: ClusterState, q, n, now,
 
 def sharewise_placements(queue: Queue, cluster: ClusterState, table: SlowdownTable, now: float, max_slowdown: float,
                          head: int = 24, quantile: str = "p90", slo_quantile: str = "p90",
-                         order: str = "sjf") -> list[Placement]:
+                         order: str = "sjf", share_fresh: str = "idle") -> list[Placement]:
     """``sharewise(..., preempt=False)`` step by step: candidates, the SJF walk, free GPUs longest first (packed,
     or PAL's fastest block where placements differ in speed), then multi-GPU joins and the single-GPU joins:
     shortest waiting job first on the GPU where it saves most (``order="sjf"``), or one assignment maximizing the
-    summed saving (``"sum"``)."""
+    summed saving (``"sum"``). A job started alone in this call may be joined where ``share_fresh`` is
+    ``"always"``, or ``"idle"`` and no job ran at the call."""
     resident, node, n_wl = cluster.resident, cluster.node, len(table)
     occupancy = cluster.occupancy()
+    fresh_ok = share_fresh == "always" or (share_fresh == "idle" and occupancy.sum() == 0)
     partner = np.where(occupancy == 1, resident[:, 0], -1)
     partner_wl = np.where(partner >= 0, cluster.job_workload[partner], -1)
     remaining = np.where(partner >= 0, cluster.job_remaining[partner], 0.0)
@@ -216,7 +218,8 @@ def sharewise_placements(queue: Queue, cluster: ClusterState, table: SlowdownTab
     shared_elsewhere[resident[resident[:, 1] >= 0].ravel()] = True
     sp, res = cluster.speed[single], partner[single]
     job_a = queue.job[waiting]
-    bud = budget(max_slowdown, cluster.job_work[res], sp, now - cluster.job_start[res])  # NaN: just started, no join
+    ran = now - cluster.job_start[res]  # NaN: started in this call, joinable only where fresh_ok (ran 0)
+    bud = budget(max_slowdown, cluster.job_work[res], sp, np.where(np.isnan(ran), 0.0, ran) if fresh_ok else ran)
     bud_a = budget(max_slowdown, cluster.job_work[job_a][:, None], sp[None, :], now - cluster.job_start[job_a][:, None])
     saving = savings(queue.workload[waiting], queue.remaining[waiting], release_a, partner_wl[single],
                      remaining[single] / sp, bud, sp, table, slo_quantile, quantile, max_slowdown, bud_a,

@@ -339,7 +339,7 @@ def test_a_stopped_run_resumes_keeping_finished_jobs(tmp_path, device_name):
     """SIGTERM after the first job finished: exit 143, the finished job's times kept; the same command again
     finishes the rest, the interrupted job from the step count it had."""
     data = _dataset(tmp_path, device_name)
-    trace = _trace(tmp_path, [("first", 0, SLEEP, 30), ("second", 0.1, SLEEP, 3000)])
+    trace = _trace(tmp_path, [("first", 0, SLEEP, 30), ("second", 0.1, SLEEP, 1500)])
     out = tmp_path / "run"
     args = [sys.executable, "-m", "sharewise", "run", trace, "--data", data, "--oracle", "--policy", "exclusive-sjf",
             "--calibrate", "1", "--out", out]
@@ -362,13 +362,13 @@ def test_a_stopped_run_resumes_keeping_finished_jobs(tmp_path, device_name):
     assert "rerun the same command to resume" in " ".join(err.split())
     before = json.loads(state.read_text())
     done_steps = before["world"]["jobs"][1]["steps"]
-    assert 0 < done_steps < 3000
+    assert 0 < done_steps < 1500
     again, _ = _measured("run", trace, "--data", data, "--oracle", "--policy", "exclusive-sjf", "--calibrate", "1",
                          "--out", out)
     assert again.returncode == 0, again.stderr[-3000:]
     jobs = _jobs(out / "exclusive-sjf" / "run.json")
     assert jobs["first"]["finish"] == pytest.approx(before["loop"]["finish"][0], abs=1e-3)
-    assert jobs["second"]["status"] == "done" and jobs["second"]["steps_done"] == 3000
+    assert jobs["second"]["status"] == "done" and jobs["second"]["steps_done"] == 1500
     restart = [e for e in jobs["second"]["events"] if e["event"] == "restart"]
     assert restart and restart[0]["step"] >= done_steps
 

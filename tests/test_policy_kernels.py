@@ -58,14 +58,16 @@ def test_sharewise_kernels_match_the_closed_forms(seed):
     shared_elsewhere = np.zeros(n_jobs, dtype=bool)
     shared_elsewhere[resident[occupancy == 2].ravel()] = True
     job_arrays = Jobs(workload, remaining, work, start, np.ones(n_jobs, np.int64), np.empty(0, np.int64))
-    knobs = Knobs(now, slo, 0.0, 24, 4.0, 0.5, 0.5, 8, 32, 1.0, 2.0, 1e18)
-    for q_slo, q_gain in [("p90", "p90"), ("p90", "p50"), ("p50", "p10")]:
+    knobs = Knobs(now, slo, 0.0, 24, 4.0, 0.5, 0.5, 8, 32, 1.0, 2.0, 1, 1e18)
+    cases = [("p90", "p90", False), ("p90", "p50", False), ("p50", "p10", False), ("p90", "p90", True)]
+    for q_slo, q_gain, fresh_ok in cases:
         pairs = Pairs(*pairs_of(tab, q_slo, q_gain))
         joiners = Waiting(job_a, np.ones(m, np.int64), wl_a, rem_a)
         got, n_good = savings(joiners, release_a, single, (partner, partner_wl, rem), speed, job_arrays, pairs, knobs,
-                              shared_elsewhere)
+                              shared_elsewhere, fresh_ok)
         sp = speed[single]
-        bud = budget(slo, work[partner[single]], sp, now - start[partner[single]])  # NaN: started now, no join
+        ran = now - start[partner[single]]  # NaN: started in this call, joinable only where fresh_ok (ran 0)
+        bud = budget(slo, work[partner[single]], sp, np.where(np.isnan(ran), 0.0, ran) if fresh_ok else ran)
         bud_a = budget(slo, work[job_a][:, None], sp[None, :], now - start[job_a][:, None])
         want = savings_oracle(
             wl_a, rem_a, release_a, partner_wl[single], rem[single] / sp, bud, sp, tab, q_slo, q_gain, slo,

@@ -305,3 +305,35 @@ def test_a_gpu_taken_in_this_call_is_busy_in_the_joiners_alternative():
     queue = make_queue([(10, 5.0, 1, 2), (11, 12.0, 1, 1)])
     got = sharewise(queue, cluster, table(p50), 5.0, preempt=False)
     assert got == [Placement(10, (0,)), Placement(11, (1,))]
+
+
+def _fresh_case(gpus, **knobs):
+    """``gpus`` as ``make_cluster`` takes them (job 0, workload c, shares with nobody: 100 s left); jobs 10 (10 s,
+    workload a) and 11 (12 s, workload b) wait. By hand (p50 = p90 = 1.2 between a and b, SLO 2): step 1 starts
+    job 10 on the free GPU 0. Job 11 next to it: the resident ends first (1.2 x 10 = 12 <= 1.2 x 12), stretch
+    10 x (2 x 1.2 - 1 - 1) = 4 s; its alternative is job 10's end, 10 s: it saves 6 s, and both keep the SLO
+    (12 <= 2 x 10; 12 + 10 x 1.2 x (1 - 1/1.2) = 14 <= 2 x 12)."""
+    remaining, work, start = np.zeros(20), np.ones(20), np.full(20, np.nan)
+    remaining[0], work[0], start[0] = 100.0, 100.0, 0.0
+    work[10], work[11] = 10.0, 12.0
+    workload = np.zeros(20, np.int64)
+    workload[0] = 2
+    cluster = make_cluster(gpus, 20, remaining=remaining, start=start, work=work, workload=workload)
+    p50 = np.full((3, 3), 1.2)
+    allowed = np.array([[True, True, False], [True, True, False], [False, False, False]])
+    queue = make_queue([(10, 10.0, 1, 0), (11, 12.0, 1, 1)])
+    return sharewise(queue, cluster, table(p50, allowed=allowed), 5.0, preempt=False, **knobs)
+
+
+def test_a_job_started_on_an_idle_cluster_is_joined_at_once_as_sjf_bsbf_pairs():
+    # Issue 41's six-job trace: on an idle GPU the next call would come only when job 10 ends, so offering it
+    # "from the next call on" made the queue take turns where SJF-BSBF pairs (47.24 s against 41.49 s).
+    both = [Placement(10, (0,)), Placement(11, (0,))]
+    assert _fresh_case([[-1, -1]]) == both
+    assert _fresh_case([[-1, -1]], share_fresh="next-call") == [Placement(10, (0,))]
+    # Where another job runs, its end brings the next call: job 10 is offered then (or at once with "always").
+    busy = [[-1, -1], [0, -1]]
+    assert _fresh_case(busy) == [Placement(10, (0,))]
+    assert _fresh_case(busy, share_fresh="always") == both
+    with pytest.raises(ValueError, match="share_fresh must be one of 'next-call', 'idle', 'always', got 'now'"):
+        _fresh_case(busy, share_fresh="now")

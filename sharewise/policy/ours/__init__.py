@@ -60,9 +60,6 @@ def sharewise(
         placed = placement.place(stage.queue, stage.gpus, jobs, pairs, k, p.share_order) if len(stage.queue) else []
         if p.rescue and rescue.recheck(placed, stage, queue, unsure_of(table), pairs.n):
             wake = min(wake, now + p.tolerance_s)  # at the next call the cluster has seen the new pair run
-        if p.share_fresh and len(placed) < len(stage.queue) and any(stage.occupancy[list(x.gpus)].max() == 0
-                                                                    for x in placed):
-            wake = min(wake, now + p.tolerance_s)  # a job just started alone: the waiting may join it then
         occupy(stage.occupancy, placed)
         start = restarted + placed
         taken, victims = srpt.preemptions(queue, start, paused + stopped, stage, jobs, k)

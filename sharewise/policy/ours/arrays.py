@@ -90,6 +90,7 @@ class Knobs(NamedTuple):
     srpt_head: int
     tolerance_s: float
     recheck_s: float
+    share_fresh: int
     forbidden: float
 
 

@@ -6,6 +6,10 @@ import dataclasses
 import functools
 
 
+#: ``Params.share_fresh``'s values, in the order of their code in ``arrays.Knobs.share_fresh``.
+SHARE_FRESH = ("next-call", "idle", "always")
+
+
 @dataclasses.dataclass(frozen=True)
 class Params:
     """The knobs of ``sharewise``; a run overrides any of them by keyword (``functools.partial(sharewise,
@@ -55,12 +59,14 @@ class Params:
     #: summed saving (the rule before 2026-12-04, which let a longer job take the GPU a shorter one could join:
     #: 1.03x SJF-BSBF on the physical benchmark's trace, simulated; issue 41's table in benchmarks/results).
     share_order: str = "sjf"
-    #: A job started alone on a free GPU in a call may be joined from the next call on; with ``share_fresh`` the
-    #: policy asks to be woken right after such a call (``tolerance_s``) so a waiting job can join it then,
-    #: where otherwise it waits for the next event. Off: on Gavel's heavy cell with predicted slowdowns it cost
-    #: up to 1.26x the average JCT (a long fresh job paired on a mispredicted slowdown), while it closed the
-    #: gap to SJF-BSBF on a one-GPU trace with no events to come (1.006x against 1.14x; issue 41).
-    share_fresh: bool = False
+    #: When a job started alone on a free GPU in this call is offered to the waiting jobs: ``"next-call"``, from
+    #: the next call on (the cluster has moved by then: a job ended or arrived); ``"idle"``, at once where the
+    #: cluster held no job at the call, since then no other job's end brings a call before this one's end, and
+    #: ``"next-call"`` would have the queue take turns where SJF-BSBF pairs (issue 41's six-job trace: 1.139x
+    #: SJF-BSBF, now 1.000x); ``"always"``, at once. Policy suite, 2026-12-05: ``"idle"`` moved no Gavel or
+    #: Philly schedule; ``"always"`` cost up to 1.14x with the truth on Gavel's heavy cell (a whole-cluster
+    #: job starved longer), and waking right after such a call to offer it then cost 1.25x there.
+    share_fresh: str = "idle"
     #: Seconds of tolerance on urgency, so a wake-up never lands at the instant of the call that asked for it;
     #: also the wake-up after a job joins a partner it never ran with (the rescue's check comes then).
     tolerance_s: float = 1.0
@@ -74,13 +80,16 @@ class Params:
                 raise ValueError(f"{name} must be 'p10', 'p50' or 'p90', got {getattr(self, name)!r}")
         if self.share_order not in ("sjf", "sum"):
             raise ValueError(f"share_order must be 'sjf' or 'sum', got {self.share_order!r}")
+        if self.share_fresh not in SHARE_FRESH:
+            raise ValueError(f"share_fresh must be one of {', '.join(map(repr, SHARE_FRESH))}, got {self.share_fresh!r}")
 
     @functools.cached_property
     def numbers(self) -> tuple:
         """The numeric knobs in the order of ``arrays.Knobs`` (between the call's time, SLO and restart cost and
         the assignment's forbidden cost), computed once: a policy call builds its ``Knobs`` from them."""
         return (int(self.sharing_head), float(self.preempt_ratio), float(self.slack_share), float(self.urgency),
-                int(self.max_preemptions), int(self.srpt_head), float(self.tolerance_s), float(self.recheck_s))
+                int(self.max_preemptions), int(self.srpt_head), float(self.tolerance_s), float(self.recheck_s),
+                SHARE_FRESH.index(self.share_fresh))
 
 
 #: The defaults.

@@ -74,14 +74,16 @@ def releases(resident, remaining, workload, speed, allowed, p50, m, started):  #
 
 
 @kernel
-def savings(joiners, release, single, lone, speed, jobs, pairs, knobs, shared_elsewhere):  # pragma: no cover
+def savings(joiners, release, single, lone, speed, jobs, pairs, knobs, shared_elsewhere,
+            fresh_ok):  # pragma: no cover - compiled
     """Return ``(saving, n_good)``: the (joiners x lone residents) time saved by joining, ``-inf`` where
     forbidden, and per joiner the number of GPUs where it saves time (``saving > 0``).
 
     Row ``i`` is a waiting job (``joiners``: a ``Waiting``; ``release[i]`` the predicted wait for its turn in
     the line); column ``j`` is GPU ``single[j]``, holding ``lone``'s job alone (``lone``: per GPU the job, its
     workload and remaining exclusive time). A column whose resident is in ``shared_elsewhere`` (a multi-GPU
-    job sharing another of its GPUs) is forbidden; a joiner that ran before (``jobs.start`` not NaN: it was
+    job sharing another of its GPUs) is forbidden, and so is one whose job step 1 started in this call (its
+    ``jobs.start`` NaN) unless ``fresh_ok``; a joiner that ran before (``jobs.start`` not NaN: it was
     preempted) must also end within what the SLO leaves of its own budget. Where neighbouring GPUs hold the
     same job at the same speed (a multi-GPU job), their column is computed once.
     """
@@ -108,10 +110,11 @@ def savings(joiners, release, single, lone, speed, jobs, pairs, knobs, shared_el
                         n_good[i] += 1
                 continue
         last = j
-        if shared_elsewhere[res] or np.isnan(job_start[res]):
-            continue  # a job step 1 just started here is offered from the next call on (Params.share_fresh)
+        fresh = np.isnan(job_start[res])  # step 1 just started it here: offered only where ``fresh_ok``
+        if shared_elsewhere[res] or (fresh and not fresh_ok):
+            continue
         eb = remaining[gpu] / sp
-        bud = budget(max_slowdown, job_work[res], sp, now - job_start[res])
+        bud = budget(max_slowdown, job_work[res], sp, 0.0 if fresh else now - job_start[res])
         if eb > bud:
             continue
         wb = partner_wl[gpu]
@@ -150,7 +153,8 @@ def savings(joiners, release, single, lone, speed, jobs, pairs, knobs, shared_el
 def gains(joiners, lone, gpus, jobs, pairs, knobs):  # pragma: no cover - compiled
     """Return ``(single, saving, n_good)`` for the waiting jobs ``joiners``: the GPUs holding one job and
     ``savings`` against them, where a job's alternative is its turn in the predicted releases (``releases``:
-    the waiting jobs take them in SJF order, as many GPUs as each asks for)."""
+    the waiting jobs take them in SJF order, as many GPUs as each asks for). A job step 1 started alone in this
+    call is offered as ``Params.share_fresh`` says (``"idle"``: where the cluster held no job at the call)."""
     partner = lone[0]
     n_gpus = partner.shape[0]
     k_a = joiners.gpus
@@ -176,16 +180,24 @@ def gains(joiners, lone, gpus, jobs, pairs, knobs):  # pragma: no cover - compil
         if gpus.resident[gpu, 1] >= 0:
             shared_elsewhere[gpus.resident[gpu, 0]] = True
             shared_elsewhere[gpus.resident[gpu, 1]] = True
+    fresh_ok = knobs.share_fresh == 2
+    if knobs.share_fresh == 1:
+        fresh_ok = True
+        for gpu in range(n_gpus):
+            if gpus.occupancy[gpu] > 0:
+                fresh_ok = False
+                break
     live = rows_that_may_save(joiners.workload, joiners.remaining, release_a, single, gpus.speed, pairs)
     if live.shape[0] == k_a.shape[0]:
-        saving, n_good = savings(joiners, release_a, single, lone, gpus.speed, jobs, pairs, knobs, shared_elsewhere)
+        saving, n_good = savings(joiners, release_a, single, lone, gpus.speed, jobs, pairs, knobs, shared_elsewhere,
+                                 fresh_ok)
         return single, saving, n_good
     saving = np.full((k_a.shape[0], single.shape[0]), -np.inf)
     n_good = np.zeros(k_a.shape[0], dtype=np.int64)
     if live.shape[0]:
         some = Waiting(joiners.job[live], joiners.gpus[live], joiners.workload[live], joiners.remaining[live])
         part, part_good = savings(some, release_a[live], single, lone, gpus.speed, jobs, pairs, knobs,
-                                  shared_elsewhere)
+                                  shared_elsewhere, fresh_ok)
         for r in range(live.shape[0]):
             saving[live[r]] = part[r]
             n_good[live[r]] = part_good[r]
