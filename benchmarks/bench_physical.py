@@ -199,8 +199,8 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--out", type=Path, default=REPO / "runs" / "bench-physical")
     parser.add_argument("--json", type=Path, default=None, help="Also write every repeat's result here.")
     parser.add_argument("--resume", default=None, metavar="STAMP",
-                        help="Resume the repeats of an earlier call (its run folders OUT/STAMP-rK): a finished repeat's "
-                             "saved result is reused, an unfinished run resumes where it stopped.")
+                        help="Resume the repeats of an earlier call (its run folders OUT/STAMP-rK): a finished "
+                             "repeat's saved result is reused, an unfinished run resumes where it stopped.")
     args = parser.parse_args(argv)
     if not 0 < args.min_s <= args.max_s:
         parser.error(f"--min-s and --max-s must satisfy 0 < min <= max, got {args.min_s} and {args.max_s}")

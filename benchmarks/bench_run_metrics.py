@@ -47,7 +47,7 @@ def plot(df, path: Path) -> None:
     fig, axes = plt.subplots(len(jobs), 1, figsize=(8, 2.2 * len(jobs)), sharex=True, squeeze=False)
     styles = ((SERIES[0], "-", "C0", "observed"), (SERIES[1], "--", "C1", "predicted p50"),
               (SERIES[2], ":", "C2", "predicted p90"))
-    for ax, job in zip(axes[:, 0], jobs):
+    for ax, job in zip(axes[:, 0], jobs, strict=True):
         d = df[df.job == job]
         for metric, style, color, label in styles:
             for k, (_, s) in enumerate(d[d.metric == metric].fillna({"partner": ""}).groupby("partner")):

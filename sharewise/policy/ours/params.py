@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 
-
 #: ``Params.share_fresh``'s values, in the order of their code in ``arrays.Knobs.share_fresh``.
 SHARE_FRESH = ("next-call", "idle", "always")
 
@@ -81,7 +80,8 @@ class Params:
         if self.share_order not in ("sjf", "sum"):
             raise ValueError(f"share_order must be 'sjf' or 'sum', got {self.share_order!r}")
         if self.share_fresh not in SHARE_FRESH:
-            raise ValueError(f"share_fresh must be one of {', '.join(map(repr, SHARE_FRESH))}, got {self.share_fresh!r}")
+            known = ", ".join(map(repr, SHARE_FRESH))
+            raise ValueError(f"share_fresh must be one of {known}, got {self.share_fresh!r}")
 
     @functools.cached_property
     def numbers(self) -> tuple:
