@@ -62,9 +62,10 @@ class Params:
     #: the next call on (the cluster has moved by then: a job ended or arrived); ``"idle"``, at once where the
     #: cluster held no job at the call, since then no other job's end brings a call before this one's end, and
     #: ``"next-call"`` would have the queue take turns where SJF-BSBF pairs (issue 41's six-job trace: 1.139x
-    #: SJF-BSBF, now 1.000x); ``"always"``, at once. Policy suite, 2026-12-05: ``"idle"`` moved no Gavel or
-    #: Philly schedule; ``"always"`` cost up to 1.14x with the truth on Gavel's heavy cell (a whole-cluster
-    #: job starved longer), and waking right after such a call to offer it then cost 1.25x there.
+    #: SJF-BSBF, now 1.000x); ``"always"``, at once. Policy suite, 2026-12-05: ``"idle"`` moved 3 of 364
+    #: schedules (Gavel's heavy cell on V100, where whole-cluster jobs' ends leave the cluster idle: 0.995x);
+    #: ``"always"`` cost up to 1.14x with the truth there (whole-cluster jobs waited longer), and waking right
+    #: after such a call to offer the job then cost 1.25x with predictions.
     share_fresh: str = "idle"
     #: Seconds of tolerance on urgency, so a wake-up never lands at the instant of the call that asked for it;
     #: also the wake-up after a job joins a partner it never ran with (the rescue's check comes then).

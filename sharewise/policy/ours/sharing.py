@@ -12,7 +12,9 @@ Run times are divided by the speed of the GPU in question, so a slow GPU is a wo
 A multi-GPU job takes its best GPUs greedily when each of them saves and the SLO holds for it and every resident
 at once (``multi_join_holds``: it runs at the rate of its worst GPU); then one assignment (Hungarian, scipy)
 over the single-GPU jobs and the GPUs left maximizes the summed saving. A GPU whose job shares another of its
-GPUs is not offered: that job runs slowed there, for a time the check cannot see.
+GPUs is not offered: that job runs slowed there, for a time the check cannot see. A job step 1 started alone in
+this call is offered where ``Params.share_fresh`` says (by default only where the cluster held no job at the call:
+elsewhere a call comes soon, when a job ends or arrives, and the job is offered then).
 """
 
 from __future__ import annotations
