@@ -72,6 +72,16 @@ class Cell:
     load: str = ""
     group: str = "gavel"
 
+    def config(self):
+        """The ``SimulationConfig`` that simulates this cell (as ``sharewise simulate`` would)."""
+        from sharewise.app.simulate import SimulationConfig
+
+        return SimulationConfig(
+            trace=self.trace, data=self.data, device_name=self.device, n_gpus=self.n_gpus,
+            gpus_per_node=self.gpus_per_node, oracle=self.view == "oracle", predictions=self.predictions,
+            speed_sigma=self.speed_sigma, cross_node_slowdown=self.cross_node_slowdown, group_by="family",
+        )
+
 
 def prepare(data_root: Path, work: Path, philly_gpus: int, skip_philly: bool) -> list[Cell]:
     """Import Gavel, compute each truth's out-of-fold predictions once, write the synthetic trace; list cells."""
@@ -142,22 +152,11 @@ def run_cell(cell: Cell) -> dict:
     """Simulate every registered policy on one cell; return its metrics (and the geometric-mean JCT)."""
     import numpy as np
 
-    from sharewise.app.simulate import SimulationConfig, prepare, run_policy
+    from sharewise.app.simulate import prepare, run_policy
     from sharewise.engine.simulator import simulate
     from sharewise.policy import event_driven_names, get_policy
 
-    config = SimulationConfig(
-        trace=cell.trace,
-        data=cell.data,
-        device_name=cell.device,
-        n_gpus=cell.n_gpus,
-        gpus_per_node=cell.gpus_per_node,
-        oracle=cell.view == "oracle",
-        predictions=cell.predictions,
-        speed_sigma=cell.speed_sigma,
-        cross_node_slowdown=cell.cross_node_slowdown,
-        group_by="family",
-    )
+    config = cell.config()
     began = time.perf_counter()
     inputs = prepare(config)
     out = {"cell": asdict(cell), "jobs": len(inputs.trace), "policies": {}}

@@ -41,16 +41,12 @@ def fingerprint(start: np.ndarray, finish: np.ndarray) -> dict:
 
 def run_cell(cell: Cell) -> dict:
     """Every registered policy and the suite's ablations on one cell: a fingerprint each."""
-    from sharewise.app.simulate import SimulationConfig, run_policy
     from sharewise.app.simulate import prepare as prepare_inputs
+    from sharewise.app.simulate import run_policy
     from sharewise.engine.simulator import simulate
     from sharewise.policy import event_driven_names, get_policy
 
-    config = SimulationConfig(
-        trace=cell.trace, data=cell.data, device_name=cell.device, n_gpus=cell.n_gpus,
-        gpus_per_node=cell.gpus_per_node, oracle=cell.view == "oracle", predictions=cell.predictions,
-        speed_sigma=cell.speed_sigma, cross_node_slowdown=cell.cross_node_slowdown, group_by="family",
-    )
+    config = cell.config()
     inputs = prepare_inputs(config)
     out = {}
     for name in event_driven_names():  # as the suite: PAL's round-based artifact policies run in bench_pal_setting.py

@@ -1,5 +1,6 @@
 """Issue 41: ours' per-job JCTs in suite cells, written to OUT.json, to compare two commits job by job. Run from the
-root of a checkout of each commit (the public data from $SHAREWISE_DATA, default data/):
+root of a checkout of each commit (the public data from $SHAREWISE_DATA, default data/). It builds each cell's
+configuration itself, not with ``Cell.config``, which the commit before the issue does not have:
 
     python before_after_by_size.py OUT.json "e13805/16 p100 (predicted)" ...
 """

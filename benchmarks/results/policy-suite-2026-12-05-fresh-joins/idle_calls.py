@@ -11,7 +11,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # benchmarks/
 
 from bench_policy_suite import prepare as suite_cells  # noqa: E402
 
-from sharewise.app.simulate import SimulationConfig, prepare  # noqa: E402
+from sharewise.app.simulate import prepare  # noqa: E402
 from sharewise.datasets.public import public_data_root  # noqa: E402
 from sharewise.engine.interface import as_decision  # noqa: E402
 from sharewise.engine.simulator import simulate  # noqa: E402
@@ -21,10 +21,7 @@ with tempfile.TemporaryDirectory() as work:
     cells = suite_cells(public_data_root(), Path(work), 512, True)
     for key in sys.argv[1:]:
         cell = next(c for c in cells if f"{c.name} ({c.view})" == key)
-        cfg = SimulationConfig(trace=cell.trace, data=cell.data, device_name=cell.device, n_gpus=cell.n_gpus,
-                               gpus_per_node=cell.gpus_per_node, oracle=cell.view == "oracle",
-                               predictions=cell.predictions, speed_sigma=cell.speed_sigma,
-                               cross_node_slowdown=cell.cross_node_slowdown, group_by="family")
+        cfg = cell.config()
         inp = prepare(cfg)
         ours = get_policy("sharewise")
 
