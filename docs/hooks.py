@@ -4,6 +4,9 @@ A page holds a marker line ``<!-- generated: NAME -->``; ``on_page_markdown`` re
 that ``GENERATORS[NAME]`` writes from the objects the package itself uses: the schema dicts of
 ``sharewise.datasets.schema`` (with the comments written beside their columns), the registries of every
 plug-in kind, and the docstrings of the trace-format modules. An unknown marker fails the build.
+
+``on_post_page`` gives each page with a diagram the vendored Mermaid (``MERMAID_SCRIPT``), so the site draws its
+diagrams without the network.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import tokenize
 from collections.abc import Callable
 
 from mkdocs.exceptions import PluginError
+from mkdocs.utils import get_relative_url
 
 MARKER = re.compile(r"^<!-- generated: ([a-z-]+) -->$", re.MULTILINE)
 
@@ -30,6 +34,26 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
         return GENERATORS[name]()
 
     return MARKER.sub(expand, markdown)
+
+
+# ---- diagrams ---------------------------------------------------------------------------------------------
+#: The vendored Mermaid, relative to the site's root (``docs/assets/mermaid/README.md``: its build, version, licence).
+MERMAID_SCRIPT = "assets/mermaid/mermaid.tiny.js"
+#: What Material's superfences config (``mkdocs.yml``) makes of a ```` ```mermaid ```` block.
+MERMAID_BLOCK = '<pre class="mermaid">'
+
+
+def on_post_page(output: str, page, config) -> str:
+    # Material fetches Mermaid from a CDN unless the page already defines a global ``mermaid``; a classic script at
+    # the end of the body runs before DOMContentLoaded, when Material draws the diagrams, so it finds this copy.
+    # Only pages with a diagram load it: the script is 2.6 MB.
+    if MERMAID_BLOCK not in output:
+        return output
+    head, body_end, tail = output.rpartition("</body>")
+    if not body_end:
+        raise PluginError(f"{page.file.src_uri}: no </body> to add the Mermaid script before")
+    src = get_relative_url(MERMAID_SCRIPT, page.url)
+    return f'{head}<script src="{src}"></script>\n{body_end}{tail}'
 
 
 # ---- comments beside dict entries ------------------------------------------------------------------------

@@ -60,6 +60,10 @@ class MissingDependencyError(SharewiseError, ImportError):
     """An optional dependency (Ray, XGBoost, pynvml) is not installed."""
 
 
+class UnknownRateError(SharewiseError, ValueError):
+    """A job whose work or rate of progress is not a finite positive number: a run holding it could never end."""
+
+
 class InvalidPlacementError(SharewiseError, RuntimeError):
     """A policy returned a placement the cluster cannot run (a bug in the policy, not in the user's input)."""
 

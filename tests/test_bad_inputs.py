@@ -106,6 +106,11 @@ CASES = {
     "trace with out-of-order times": lambda t: _case_trace(t, "a,100,60,1,w0\nb,50,60,1,w1\n"),
     "trace with a negative time": lambda t: _case_trace(t, "a,-5,60,1,w0\n"),
     "trace naming an unknown workload": lambda t: _case_trace(t, "a,0,60,1,w0\nb,5,60,1,nope\n"),
+    "queue with a header and no jobs": lambda t: (
+        ["recommend", "--model", str(t / "model.json"), "--data", str(t / "data"), "--gpus", "1",
+         "--queue", str(_write(t / "queue.csv", "job_id,workload\n"))],
+        "queue.csv: the queue has no jobs",
+    ),
 }
 
 

@@ -182,3 +182,53 @@ def test_simulate_and_run_declare_their_shared_options_once():
     for name in shared:
         a, b = params["simulate"][name], params["run"][name]
         assert (a.opts, a.secondary_opts, a.default, a.help) == (b.opts, b.secondary_opts, b.default, b.help), name
+
+
+@pytest.mark.parametrize("name, cmd", _commands(), ids=[n for n, _ in _commands()])
+def test_every_command_summary_is_one_whole_sentence(name, cmd):
+    # The CLI reference's list of commands (mkdocs-click) shows a command's help up to its first line break, and
+    # `sharewise --help` its first paragraph: both must be the same whole sentence.
+    import inspect
+
+    text = inspect.cleandoc(cmd.short_help or cmd.help)
+    first_line = text.splitlines()[0].strip()
+    first_paragraph = " ".join(text.split("\n\n")[0].split())
+    assert first_line == first_paragraph, f"{name}: the summary wraps onto a second line: {first_paragraph!r}"
+    assert first_line.endswith((".", "?", "!")), f"{name}: the summary is not a whole sentence: {first_line!r}"
+
+
+@pytest.mark.parametrize("data", ["reference", "reference-h200"])
+def test_show_prints_counts_devices_and_modes_as_text_not_python_reprs(data, capsys):
+    from sharewise.app.profiling import show
+
+    overview = show(data).overview
+    main(["show", data])
+    out = capsys.readouterr().out
+    status = ", ".join(f"{key} {count}" for key, count in overview["status"].items())
+    assert f"{overview['pairs']} pairs ({status}); devices {', '.join(overview['devices'])}; " in out, out
+    assert f"; modes {', '.join(overview['modes'])}\n" in out, out
+    reprs = [mark for mark in ("['", "']", "{'", "'}") if mark in out]
+    assert not reprs, f"Python reprs {reprs} in the output of sharewise show {data}:\n{out}"
+
+
+def test_demo_without_xgboost_says_what_to_install_before_measuring_anything(tmp_path, monkeypatch, capsys):
+    # A None entry in sys.modules is how Python marks a module as not importable: the demo sees an install
+    # without the cpu or gpu extra, as from a wheel installed without extras, and XGBoost stays installed.
+    monkeypatch.setitem(sys.modules, "xgboost", None)
+    code, _, err = _run(["demo", "--out", str(tmp_path / "demo-out")], capsys)
+    assert code == 2, err
+    assert err.startswith("error: the predictor needs XGBoost; install it with \"pip install 'sharewise[cpu]'\""), err
+    assert not (tmp_path / "demo-out").exists(), "the demo measured before it checked what training needs"
+
+
+def test_a_campaigns_summary_prints_its_status_counts_as_text(capsys):
+    from sharewise.app.profiling import PairsResult, show
+    from sharewise.cli.profiler import render_pairs
+    from sharewise.profiler.campaign import CampaignSummary
+
+    summary = CampaignSummary("d", total=3, measured=2, skipped=1, by_status={"ok": 1, "failed": 1},
+                              failures=[("a3c", "ncf", "failed", "exit code 1")], seconds=12.0)
+    render_pairs(PairsResult(summary, show("reference").pairs))
+    out = capsys.readouterr().out
+    assert "2 measured, 1 already done, 0 profiled; status ok 1, failed 1\n" in out, out
+    assert "{'" not in out and "['" not in out, out

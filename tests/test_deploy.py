@@ -141,7 +141,7 @@ def test_neutral_plan_states_its_rules_and_every_limit_fits(tmp_path, model):
     plan = json.loads(emitted(tmp_path, model, "plan", "--gpus", "5", "--sharing", "mps"))
     assert set(plan["rules"]) >= {"memory_limit", "memory_fit", "mps_active_thread_percentage"}
     assert plan["sharing"] == "mps" and plan["predicted_on"]["measured_modes"] == ["cpu"]
-    assert any("measured in mode(s) ['cpu']" in n for n in plan["notes"])
+    assert any("measured in mode(s) cpu, the plan" in n for n in plan["notes"])
     shared = [p for p in plan["placements"] if len(p["jobs"]) == 2]
     assert shared and len(plan["placements"]) == 5
     for p in plan["placements"]:
@@ -162,9 +162,13 @@ def test_neutral_plan_states_its_rules_and_every_limit_fits(tmp_path, model):
 @pytest.mark.parametrize("sharing", ["mps", "timeslice"])
 def test_k8s_dra_claims_and_pods_load_and_share_one_claim(sharing, tmp_path, model):
     docs = load_k8s(emitted(tmp_path, model, "k8s-dra", "--gpus", "5", "--sharing", sharing))
+    plan = json.loads(emitted(tmp_path, model, "plan", "--gpus", "5", "--sharing", sharing))
     claims = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ResourceClaim"}
     pods = [d for d in docs if d["kind"] == "Pod"]
-    assert len(claims) == 5 and len(pods) == 8
+    # One claim per GPU of the plan, one pod per placed job (a pair over the SLO leaves a job waiting).
+    placed = sorted(j["job_id"] for p in plan["placements"] for j in p["jobs"])
+    assert len(claims) == len(plan["placements"]) == 5 and sorted(p["metadata"]["name"] for p in pods) == placed
+    assert any(len(p["jobs"]) == 2 for p in plan["placements"])
     users: dict[str, list[dict]] = {}
     for pod in pods:
         (ref,) = pod["spec"]["resourceClaims"]
@@ -255,16 +259,20 @@ def test_cluster_csv_pins_nodes_and_uuids_and_handles_a_join(tmp_path, model):
             assert d["spec"]["nodeSelector"] == {"kubernetes.io/hostname": gpus[gpu]["node"]}
     assert [d["metadata"]["name"] for d in dra if "sharewise/resident" in d["metadata"]["annotations"]] == ["r1"]
     hami = load_k8s(emitted(tmp_path, model, "hami", *extra, queue=JOIN_QUEUE))
-    assert sorted(p["metadata"]["name"] for p in hami) == ["q1", "q2", "q3", "q4", "q5"]  # r1 keeps running
+    placed = sorted(j["job_id"] for p in plan["placements"] for j in p["jobs"] if not j["resident"])
+    assert sorted(p["metadata"]["name"] for p in hami) == placed  # r1 keeps running
+    assert set(placed) | set(plan["waiting"]) == {"q1", "q2", "q3", "q4", "q5"}
     for p in hami:
         assert (
             p["metadata"]["annotations"]["nvidia.com/use-gpuuuid"]
             == uuid[p["metadata"]["annotations"]["sharewise/gpu"]]
         )
     lines = sbatch_lines(emitted(tmp_path, model, "slurm", *extra, queue=JOIN_QUEUE))
-    assert sorted(ns.job_name for ns in lines) == ["q1", "q2", "q3", "q4", "q5"]
+    assert sorted(ns.job_name for ns in lines) == placed
     by_job = {j["job_id"]: gpus[p["gpus"][0]["gpu"]]["node"] for p in plan["placements"] for j in p["jobs"]}
-    assert all(ns.w == by_job[ns.job_name] and ns.gres.startswith("mps:") for ns in lines)
+    shares = {j["job_id"] for p in plan["placements"] if len(p["jobs"]) == 2 for j in p["jobs"]}
+    assert all(ns.w == by_job[ns.job_name] for ns in lines)
+    assert all(ns.gres.startswith("mps:") for ns in lines if ns.job_name in shares)
 
 
 def test_pairs_whose_limits_do_not_fit_are_never_emitted(tmp_path, model, capsys):

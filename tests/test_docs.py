@@ -128,23 +128,31 @@ def test_markers_in_either_order_or_inline_mark_a_block():
         runnable_blocks("<!-- runnable -->\n```python\nprint(1)\n```\n")
 
 
-def _example_env() -> dict[str, str]:
+def _example_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
     env.pop("VIRTUAL_ENV", None)
+    env.update(extra or {})
     return env
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("page", PAGES_WITH_EXAMPLES, ids=lambda p: str(p.relative_to(REPO)))
 def test_runnable_examples_run_and_show_what_the_page_says(page, tmp_path):
-    env = _example_env()
+    run_page_examples(page, tmp_path)
+
+
+def run_page_examples(page: Path, cwd: Path, env: dict[str, str] | None = None) -> list[str]:
+    """Run a page's runnable examples in order in folder ``cwd``, with ``env`` added to the environment; fail
+    where one exits non-zero or lacks a text its page expects. Return each example's output."""
+    env = _example_env(env)
+    outputs = []
     for block in runnable_blocks(page.read_text(encoding="utf-8"), page):
         where = f"{page.relative_to(REPO)}:{block.line}"
         try:
             proc = subprocess.run(
                 ["bash", "-e", "-o", "pipefail", "-c", block.code],
-                cwd=tmp_path, env=env, capture_output=True, text=True, timeout=BLOCK_TIMEOUT_S,
+                cwd=cwd, env=env, capture_output=True, text=True, timeout=BLOCK_TIMEOUT_S,
             )
         except subprocess.TimeoutExpired:
             pytest.fail(f"{where}: the example ran past {BLOCK_TIMEOUT_S} s; runnable examples must be tiny")
@@ -152,6 +160,8 @@ def test_runnable_examples_run_and_show_what_the_page_says(page, tmp_path):
         assert proc.returncode == 0, f"{where}: exit code {proc.returncode}\n{block.code}\n{output[-3000:]}"
         for text in block.expect:
             assert text in output, f"{where}: expected {text!r} in the output of\n{block.code}\n{output[-3000:]}"
+        outputs.append(output)
+    return outputs
 
 
 # ---- the README --------------------------------------------------------------------------------------------
@@ -254,3 +264,74 @@ def test_formats_reference_holds_every_column_and_trace_format(site):
     missing = [c for c in [*columns, *schema.PREDICTION_COLUMNS] if c not in text]
     missing += [f"trace format {n}" for n in TRACE_FORMATS if TRACE_FORMATS.get(n).summary not in text]
     assert not missing, f"the formats reference lacks: {missing}"
+
+
+# ---- the install page, the tour, the diagrams (issue 52) -----------------------------------------------------------
+def _first_bash_block(path: Path) -> list[str]:
+    block = re.search(r"```bash\n(.*?)```", path.read_text(encoding="utf-8"), re.DOTALL)
+    assert block, f"{path.relative_to(REPO)} has no bash block"
+    return [line for line in block.group(1).splitlines() if line.strip()]
+
+
+def test_install_page_gives_the_readmes_two_commands():
+    # The README's second command is what CI runs (test_readme_second_command_is_what_ci_runs); the install page
+    # must not drift from it (it once left out the docs extra).
+    assert _first_bash_block(DOCS / "getting-started" / "install.md") == _first_bash_block(README)
+
+
+def test_the_tour_is_on_the_site_and_the_readme_points_to_it_instead_of_a_copy():
+    tour = DOCS / "getting-started" / "tour.md"
+    assert "getting-started/tour.md" in (REPO / "mkdocs.yml").read_text(encoding="utf-8"), "the tour is in the nav"
+    assert runnable_blocks(tour.read_text(encoding="utf-8"), tour), "the tour's quick commands are runnable examples"
+    readme = README.read_text(encoding="utf-8")
+    assert "(docs/getting-started/tour.md)" in readme
+    commands = {line.strip() for block in re.findall(r"```bash\n(.*?)```", tour.read_text("utf-8"), re.DOTALL)
+                for line in block.splitlines() if line.startswith("sharewise ")}
+    copied = sorted(c for c in commands if c in readme)
+    assert not copied, f"the README copies the tour's commands (the page is their one source): {copied}"
+
+
+MERMAID = DOCS / "assets" / "mermaid"
+#: Diagram types the vendored build (Mermaid's "tiny" build) leaves out, as its package's README lists them.
+MERMAID_TINY_LACKS = ("mindmap", "architecture")
+
+
+def test_vendored_mermaid_is_the_file_its_note_names():
+    import hashlib
+
+    script, note = MERMAID / "mermaid.tiny.js", (MERMAID / "README.md").read_text(encoding="utf-8")
+    data = script.read_bytes()
+    assert f"`{hashlib.sha256(data).hexdigest()}`" in note, "the SHA-256 in docs/assets/mermaid/README.md"
+    assert f"({len(data):,} bytes)" in note, "the size in docs/assets/mermaid/README.md"
+    assert 'globalThis["mermaid"]' in data[-2000:].decode("utf-8", "replace"), "a build that defines mermaid"
+    assert "MIT License" in (MERMAID / "LICENSE").read_text(encoding="utf-8")
+
+
+def test_every_diagram_is_of_a_type_the_vendored_mermaid_draws():
+    unsupported = []
+    for page in [*sorted(DOCS.rglob("*.md")), README]:
+        for diagram in re.findall(r"```mermaid\n(.*?)```", page.read_text(encoding="utf-8"), re.DOTALL):
+            kind = diagram.split()[0] if diagram.split() else ""
+            if kind.startswith(MERMAID_TINY_LACKS) or "$$" in diagram:
+                unsupported.append(f"{page.relative_to(REPO)}: {kind}")
+    assert not unsupported, f"diagrams the vendored Mermaid build cannot draw (see {MERMAID}/README.md): {unsupported}"
+
+
+@pytest.mark.slow
+def test_site_loads_no_script_from_the_network_and_draws_diagrams_with_its_own_mermaid(site):
+    external = re.compile(r"<(?:script|img|iframe)\b[^>]*\bsrc=\"(?:https?:)?//|<link\b[^>]*\bhref=\"(?:https?:)?//")
+    vendored = (MERMAID / "mermaid.tiny.js").read_bytes()
+    fetched, without_mermaid, with_diagrams = [], [], 0
+    for page in sorted(site.rglob("*.html")):
+        html = page.read_text(encoding="utf-8")
+        fetched += [f"{page.relative_to(site)}: {m.group(0)}" for m in external.finditer(html)]
+        if '<pre class="mermaid">' not in html:
+            continue
+        with_diagrams += 1
+        sources = re.findall(r"<script\b[^>]*\bsrc=\"([^\"]+mermaid[^\"]*)\"", html)
+        found = [(page.parent / s).resolve() for s in sources]
+        if not any(f.is_file() and f.read_bytes() == vendored for f in found):
+            without_mermaid.append(f"{page.relative_to(site)}: {sources}")
+    assert not fetched, "the site reads without the network, yet these load from it:\n" + "\n".join(fetched)
+    assert with_diagrams >= 2, "the concept pages draw diagrams (the data flow, the scheduling loop)"
+    assert not without_mermaid, f"pages with a diagram that do not load the vendored Mermaid: {without_mermaid}"

@@ -3,6 +3,7 @@ deployment plans carry so their jobs are observed."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -173,11 +174,58 @@ def test_the_environment_alone_observes_a_job(tmp_path):
     lines = exports.stdout.splitlines()
     assert lines[:3] == ["export SHAREWISE_OBSERVE_PORT=9500", "export SHAREWISE_OBSERVE_HOST=0.0.0.0",
                          "export SHAREWISE_OBSERVE_NAME=train"]
-    assert lines[-1].startswith(f"export PYTHONPATH={HOOK_DIR}")
+    assert any(line.startswith(f"export PYTHONPATH={HOOK_DIR}") for line in lines)
     show = f"{sys.executable} -c 'import os; print(os.environ[\"PYTHONPATH\"])'"
     shell = subprocess.run(["bash", "-c", f"{exports.stdout}\n{show}"], capture_output=True, text=True, timeout=60,
                            env={**env, "PYTHONPATH": "/x"})
     assert shell.stdout.strip() == f"{HOOK_DIR}:/x"
+
+
+# What a pair's CPU workers run with (``modes.worker_env``, the benchmark's jobs too): without it OpenMP threads spin
+# while they wait, and two observed jobs sharing cores measured 4-7x slowdowns with half-widths of 32-92%.
+CPU_KEYS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_WAIT_POLICY", "KMP_BLOCKTIME",
+            "SHAREWISE_CORES", "SHAREWISE_PIN_CORES")
+SHOW_ENV = ("import json, os, sys; json.dump({{'env': {{k: os.environ.get(k) for k in {keys!r}}}, "
+            "'cores': sorted(os.sched_getaffinity(0))}}, open(sys.argv[1], 'w'))")
+
+
+def _observed_env(tmp_path, monkeypatch, set_by_user: dict[str, str], cpu: bool | None = None) -> dict:
+    """The environment and cores a command sees under ``run_observed`` (the wrapper ``sharewise observe`` calls)."""
+    from sharewise.observe.launch import run_observed
+
+    for key in CPU_KEYS:
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # no GPU visible, on any machine: the job computes on the CPU
+    for key, value in set_by_user.items():
+        monkeypatch.setenv(key, value)
+    out = tmp_path / f"env-{len(list(tmp_path.glob('env-*')))}.json"
+    code = run_observed([sys.executable, "-c", SHOW_ENV.format(keys=CPU_KEYS), str(out)], free_port(), cpu=cpu)
+    assert code == 0
+    return json.loads(out.read_text())
+
+
+def test_a_cpu_job_starts_with_the_cpu_workers_environment_and_the_users_own_variables_win(tmp_path, monkeypatch):
+    from sharewise.profiler.modes import CoreAssignment, available_cores, worker_env
+
+    cores = available_cores()
+    expected = worker_env(CoreAssignment(cores, len(cores)), base={})
+    seen = _observed_env(tmp_path, monkeypatch, {})
+    assert seen["env"] == {**{k: expected[k] for k in CPU_KEYS if k in expected}, "SHAREWISE_PIN_CORES": "1"}
+    assert seen["env"]["OMP_WAIT_POLICY"] == "PASSIVE" and seen["cores"] == list(cores)
+    mine = _observed_env(tmp_path, monkeypatch, {"OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "ACTIVE"})["env"]
+    assert mine["OMP_NUM_THREADS"] == mine["MKL_NUM_THREADS"] == mine["OPENBLAS_NUM_THREADS"] == "1"
+    assert mine["OMP_WAIT_POLICY"] == "ACTIVE" and mine["KMP_BLOCKTIME"] == expected["KMP_BLOCKTIME"]
+    assert set(_observed_env(tmp_path, monkeypatch, {}, cpu=False)["env"].values()) == {None}  # --no-cpu-env
+
+    exports = subprocess.run([*SHAREWISE, "observe", "--print-env", "--cpu-env", "--port", "9500"],
+                             capture_output=True, text=True, timeout=120)
+    assert exports.returncode == 0, exports.stderr
+    show = f"{sys.executable} -c \"import os; print(*(os.environ.get(k) for k in {CPU_KEYS!r}))\""
+    env = {k: v for k, v in os.environ.items() if k not in CPU_KEYS}
+    shell = subprocess.run(["bash", "-c", f"{exports.stdout}\n{show}"], capture_output=True, text=True, timeout=60,
+                           env={**env, "OMP_NUM_THREADS": "1"})
+    assert shell.stdout.split() == ["1", "1", "1", "PASSIVE", expected["KMP_BLOCKTIME"], expected["SHAREWISE_CORES"],
+                                    "1"]
 
 
 def test_a_python_without_prometheus_client_runs_the_job_unobserved(tmp_path):

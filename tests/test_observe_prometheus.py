@@ -100,15 +100,13 @@ class PrometheusServer:
 
 
 def start_observed(name: str, port: int, cores: list[int], log: Path) -> subprocess.Popen:
-    """Start job ``name`` under ``sharewise observe``, pinned to ``cores`` with one thread per core (the
-    environment of a pair's workers: ``modes.worker_env`` and the hook's core pinning)."""
-    from sharewise.profiler.modes import CoreAssignment, worker_env
-
-    env = worker_env(CoreAssignment(tuple(cores), len(cores)))
-    env["SHAREWISE_PIN_CORES"] = "1"
+    """Start job ``name`` under ``sharewise observe`` as the guide does, on ``cores`` (as ``taskset -c`` would).
+    ``observe`` gives a CPU job the environment of a pair's workers (one thread per core, OpenMP threads waiting
+    passively, pinned: ``modes.worker_env``); ``--cpu-env`` says it is one where a GPU is visible too."""
     with open(log, "ab") as out:
-        return subprocess.Popen([sys.executable, "-m", "sharewise", "observe", "--port", str(port), "--name", name,
-                                 "--", *JOBS[name]], env=env, stdout=out, stderr=out, stdin=subprocess.DEVNULL)
+        return subprocess.Popen([sys.executable, "-m", "sharewise", "observe", "--cpu-env", "--port", str(port),
+                                 "--name", name, "--", *JOBS[name]], stdout=out, stderr=out, stdin=subprocess.DEVNULL,
+                                preexec_fn=lambda: os.sched_setaffinity(0, cores))
 
 
 def steps_served(port: int) -> float:

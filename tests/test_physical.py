@@ -169,6 +169,86 @@ def test_the_comparison_says_where_a_run_and_its_simulation_part():
     assert "3 job(s) ended in another round than simulated, the first j1" in line
 
 
+def test_compare_sim_simulates_a_command_of_unknown_length_at_the_rate_its_run_used(tmp_path, device_name):
+    """Issue 52: two unmodified scripts, no length in the trace; each ended within its calibration, so the sitting
+    holds 50 steps over 1.25 s alone, too few seconds for a solo rate (``MIN_S``), and no dataset knows the
+    command. The simulated job took the speed NaN and the loop spun forever; now it runs at the calibrated rate
+    the real run's policies used (40 steps/s, start-up 2.5 s less its first step) over the 60 steps the runs
+    learned, then holds its slot for its median teardown (last step to exit: 0.5 s). By hand: each job's
+    exclusive time is 2.475 + 60 / 40 + 0.5 = 4.475 s; exclusive-sjf runs m0 from 0 to 4.475 and m1 (arrived at
+    0.5) from 4.475 to 8.95: simulated JCTs 4.475 and 8.45."""
+    from test_simulator import within_seconds
+
+    from sharewise.app.run_compare import compare, sitting_truth
+    from sharewise.app.run_inputs import PhysicalConfig, prepare
+
+    script = f"mlp=cmd:{sys.executable} {FIXTURE.parent / 'finite_train.py'} --steps 60"
+    trace = tmp_path / "jobs.csv"
+    trace.write_text(f'job_id,arrival_s,workload,gpus,steps\nm0,0,"{script}",1,\nm1,0.5,"{script}",1,\n')
+    config = PhysicalConfig(trace=str(trace), out=str(tmp_path / "run"), data=str(_dataset(tmp_path, device_name)),
+                            policies=("exclusive-sjf",), oracle=True, compare_sim=True)
+    inputs = prepare(config)
+    sitting = Sitting()
+    sitting.calibrated["mlp"] = {"steps_per_s": 40.0, "startup_s": 2.5}
+    sitting.startup["mlp"].append(2.5)
+    sitting.add_solo("mlp", 50, 1.25)
+    sitting.teardown["mlp"] += [0.4, 0.6, 0.5]
+    assert math.isnan(sitting.solo_rate("mlp"))
+    steps = np.array([60.0, 60.0])
+    _, exclusive, startup, _ = sitting_truth(inputs, sitting, steps)
+    assert exclusive == pytest.approx([4.475, 4.475]) and startup == pytest.approx([2.475, 2.475])
+    phys = RunResult("exclusive-sjf", np.array([0.0, 0.5]), np.array([4.475, 4.475]), np.array([0.0, 4.6]),
+                     np.array([4.6, 9.2]), np.ones(2), 0.0, 1, 2.0)
+    comparison, _ = within_seconds(60, lambda: compare(inputs, config, {"exclusive-sjf": phys}, sitting, steps))
+    row = comparison["exclusive-sjf"]
+    assert row["sim_jct"] == pytest.approx([4.475, 8.45])
+    assert row["avg_jct_simulated"] == pytest.approx(6.4625) and row["avg_jct_physical"] == pytest.approx(6.65)
+
+
+def test_a_jobs_start_up_is_not_counted_as_slowdown():
+    """Started at 10.0, first step reported 2.8 s later (one 0.1 s step in it), its 10th and last step at 13.9
+    (its process exited later): (13.9 - 10.0 - 2.7) / (10 x 0.1) = 1.2, where counting the start-up gave 3.9. A
+    job that did not end: NaN."""
+    from sharewise.app.run import stepping_slowdown
+
+    got = stepping_slowdown(np.array([10.0, 0.0]), np.array([13.9, np.nan]), np.array([2.8, 1.0]),
+                            np.array([0.1, 0.1]), np.array([10.0, 10.0]))
+    assert got[0] == pytest.approx(1.2) and math.isnan(got[1])
+
+
+def test_the_verdict_names_a_failure_by_its_exception_and_credits_no_policy_that_shared_nothing(tmp_path):
+    """A real script's traceback ends in a caret line and the error; the verdict shows the error (it once cut
+    the reason at "... | ^^^^ | Runti"). Neither policy shared a slot, so sharewise's lower average JCT is
+    said to be job order and noise, not sharing."""
+    from sharewise.app.run import PolicyRun, RunReport, finished_metrics
+    from sharewise.app.run_inputs import PhysicalConfig
+    from sharewise.runtime.exits import Evidence, exit_reason
+    from sharewise.runtime.slots import cpu_layout
+
+    script = tmp_path / "train.py"
+    script.write_text("def main(word='seven'):\n    steps = {'done': 3}\n    return steps['done'] + int(word)\n\n\n"
+                      "main()\n")
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    ended = exit_reason(proc.returncode, Evidence(output=proc.stderr))
+    assert "^^^" in ended.message  # the tail the verdict once cut
+    runs = {}
+    for name, finish in (("exclusive-sjf", 3.0), ("sharewise", 2.7)):
+        result = RunResult(name, np.zeros(2), np.ones(2), np.array([0.0, 1.0]), np.array([1.0, finish]),
+                           np.ones(2), 2.0, 1, 2.0)
+        result.metrics = result.compute_metrics()
+        result.metrics = {**finished_metrics(result, np.array([False, True])), "shared_jobs": 0}
+        jobs = [{"job_id": "bad", "workload": "train", "status": "failed", "exit": {"message": ended.message}},
+                {"job_id": "ok", "workload": "w", "status": "done", "exit": None}]
+        runs[name] = PolicyRun(name, result, jobs, True, 1.0)
+    report = RunReport(PhysicalConfig(trace="jobs.csv", out=str(tmp_path)), runs, cpu_layout(1), "oracle")
+    lines = report.to_json()["verdict"]
+    assert ("sharewise: 1 of 2 job(s) FAILED, averages are over the 1 that finished: bad (train) failed: exit code 1: "
+            "ValueError: invalid literal for int() with base 10: 'seven'") in lines
+    assert not any("^^" in line or "lowest average JCT" in line for line in lines)
+    assert ("No job shared a GPU under sharewise (each ran alone): its average JCT, 10% below exclusive-sjf's, comes "
+            "from its job order, its pauses and run-to-run noise, not from sharing.") in lines
+
+
 def test_a_trace_in_steps_reads_back_and_turns_into_seconds_at_the_solo_throughput(tmp_path):
     path = tmp_path / "t.csv"
     path.write_text("job_id,arrival_s,workload,gpus,steps\na,0,w,1,50\nb,3,v,1,20\n")
@@ -311,8 +391,8 @@ def test_jobs_that_share_a_slot_are_measured_and_written_as_observed_pairs(tmp_p
     command = f'"infer=cmd:{sys.executable} {FIXTURE.parent / "infer_loop.py"} --batch-size 4"'
     trace = _trace(tmp_path, [("x", 0, SLEEP, 600), ("y", 0.2, SLEEP, 600), ("z", 0.4, CRASH, 50),
                               ("w", 0.6, command, 40)])
-    proc, _ = _measured("run", trace, "--data", data, "--oracle", "--policy", "sjf-ffs", "--calibrate", "1",
-                        "--out", tmp_path / "run", "--json")
+    proc, load = _measured("run", trace, "--data", data, "--oracle", "--policy", "sjf-ffs", "--calibrate", "1",
+                           "--out", tmp_path / "run", "--json")
     assert proc.returncode == 1, proc.stderr[-3000:]  # the run completed, and a job (z) failed
     summary = json.loads(proc.stdout)
     jobs = {j["job_id"]: j for j in summary["runs"]["sjf-ffs"]["jobs"]}
@@ -320,12 +400,17 @@ def test_jobs_that_share_a_slot_are_measured_and_written_as_observed_pairs(tmp_p
     assert jobs["z"]["status"] == "failed" and "crashed on purpose" in jobs["z"]["exit"]["message"]
     # A training command is a job too: its steps come from the step hook in its interpreter.
     assert jobs["w"]["workload"] == "infer" and jobs["w"]["status"] == "done" and jobs["w"]["steps_done"] == 40
-    rows = Dataset(tmp_path / "run" / "observed").read_pairs(latest=False)
+    observed = tmp_path / "run" / "observed"
+    if not observed.is_dir():  # sleeping steps pin a slowdown down within 5% unless the machine jitters them
+        _skip_if_busy(load, f"no observed row: {[n for n in summary['notes'] if 'not written' in n]}")
+    rows = Dataset(observed).read_pairs(latest=False)
     assert len(rows) >= 1
     row = rows.iloc[-1]
     assert (row["workload_a"], row["workload_b"], row["device_name"], row["source"]) == (
         "sleep_step", "sleep_step", device_name, "observed")
     assert np.isfinite([row["slowdown_a"], row["slowdown_b"]]).all() and row["slowdown_a"] > 0
+    # collect's confidence rule: at least 3 windows, each slowdown's 95% half-width within 5%.
+    assert row["trials"] >= 3 and max(row["ci_a"], row["ci_b"]) <= 0.05
     assert summary["runs"]["sjf-ffs"]["jobs"] and json.loads(
         (tmp_path / "run" / "sjf-ffs" / "run.json").read_text())["observed_pairs"] >= 1
     from sharewise.datasets.store import read_datasets

@@ -31,6 +31,7 @@ from sharewise.predictor.folds import row_groups
 from sharewise.predictor.metrics import slowdown_metrics
 from sharewise.predictor.model import MODEL_SCHEMA_VERSION, sidecar_path
 from sharewise.predictor.profile_join import profile_index
+from sharewise.predictor.structure import OFFSET_OF
 
 FAST = {"n_estimators": 15, "max_depth": 3}
 
@@ -180,7 +181,9 @@ def test_predict_reports_unseen_and_missing_feature_names(fitted, data):
 def test_explain_contributions_add_up_to_the_prediction(fitted, data):
     rows = model_rows(fitted, *data)
     contrib = fitted.explain(rows.X.iloc[[3]])
-    assert "bias" in contrib.index and len(contrib) == fitted.n_features_in_ + 1
+    # Every feature, the bias, and the structure's offset (a term of its own).
+    assert "bias" in contrib.index and len(contrib) == fitted.n_features_in_ + 2
+    assert f"offset: log {OFFSET_OF[fitted.structure]}" in contrib.index
     assert np.isclose(contrib.sum(), np.log(fitted.predict(rows.X.iloc[[3]])[0]), atol=1e-3)
     assert list(contrib.abs()) == sorted(contrib.abs(), reverse=True)
     with pytest.raises(ConfigError, match="one row"):
@@ -413,10 +416,10 @@ def test_out_of_fold_models_never_see_either_group(data, monkeypatch):
     seen: list[set[str]] = []
 
     class Spy(SlowdownRegressor):
-        def fit(self, X, y, summary=None, featurizer=None):
+        def fit(self, X, y, summary=None, featurizer=None, sample_weight=None):
             meta = train_rows.meta.loc[X.index]
             seen.append(set(meta["self_family"]) | set(meta["partner_family"]))
-            return super().fit(X, y, summary, featurizer)
+            return super().fit(X, y, summary, featurizer, sample_weight)
 
         def predict_quantiles(self, X, devices=None):
             held = cand.meta.loc[X.index]
@@ -499,7 +502,9 @@ def test_cli_train_predict_evaluate(dataset_dir, tmp_path, capsys):
     result = json.loads(out)
     assert result["a"]["workload"] == "w1" and result["b"]["partner"] == "w1"
     assert result["a"]["p10"] <= result["a"]["p50"] <= result["a"]["p90"]
-    assert len(result["a"]["contributions"]) == 5
+    # At most --top terms, each one that moved the prediction (a model without trees has its offset alone).
+    contributions = result["a"]["contributions"]
+    assert 1 <= len(contributions) <= 5 and all(c["contribution"] != 0 for c in contributions)
     code, out, err = run_cli(
         ["predict", "--model", str(model), "--data", str(dataset_dir), "w1", "w4"], capsys
     )

@@ -25,6 +25,7 @@ from sharewise.predictor.api import explain_pair
 from sharewise.predictor.feature_state import PARTNER_EFFECT, lookup_partner_effect
 from sharewise.predictor.model import sidecar_path
 from sharewise.predictor.profile_join import pair_indices
+from sharewise.predictor.structure import OFFSET_COLUMNS, OFFSET_STRUCTURED
 
 
 @pytest.fixture(scope="module")
@@ -52,11 +53,12 @@ def test_fit_learns_state_ending_in_underscore(data):
     featurizer = PairFeaturizer()
     assert featurizer.fit(rows) is featurizer
     learned = set(vars(featurizer)) - {"features", "partner_effect"}
-    assert learned == {"base_columns_", "device_reference_", "partner_effects_"}
+    assert learned == {"base_columns_", "device_reference_", "partner_effects_", "structure_"}
     assert set(featurizer.device_reference_) == {"flop_rate", "bytes_rate", "launch_rate"}
     assert set(featurizer.partner_effects_) == {"dev0", "dev1"}
     assert list(featurizer.transform(rows).columns) == list(featurizer.get_feature_names_out())
-    assert featurizer.get_feature_names_out()[-1] == PARTNER_EFFECT
+    # The partner effect, then the two offsets of the structure, close the feature list.
+    assert list(featurizer.get_feature_names_out()[-4:]) == [PARTNER_EFFECT, *OFFSET_COLUMNS]
     assert PARTNER_EFFECT not in PairFeaturizer(partner_effect=False).fit(rows).get_feature_names_out()
 
 
@@ -69,9 +71,10 @@ def test_transform_before_fit_and_bad_input(data):
     with pytest.raises(ConfigError, match="physical"):
         PairFeaturizer(features="most").fit(rows)
     unlabelled = ordered_rows(data[0], data[1], with_target=False)
-    with pytest.raises(ConfigError, match="slowdowns"):
-        PairFeaturizer().fit(unlabelled)
-    PairFeaturizer(partner_effect=False).fit(unlabelled)  # device references need no labels
+    # The partner effect and the structure's levels are learned from labels.
+    for partner_effect in (True, False):
+        with pytest.raises(ConfigError, match="slowdowns"):
+            PairFeaturizer(partner_effect=partner_effect).fit(unlabelled)
     fitted = PairFeaturizer().fit(rows)
     with pytest.raises(ModelSchemaError, match="self_f_busy_frac"):
         fitted.transform(ordered_rows(data[0].drop(columns=["f_busy_frac"]), data[1]))
@@ -82,8 +85,10 @@ def test_fit_transform_cross_fits_the_partner_effect(data):
     featurizer = PairFeaturizer()
     train = featurizer.fit_transform(rows)
     predict = featurizer.transform(rows)
-    # Only the partner effect differs: a training row's value leaves out its own self family ...
-    pd.testing.assert_frame_equal(train.drop(columns=PARTNER_EFFECT), predict.drop(columns=PARTNER_EFFECT))
+    # Only the partner effect (and the structured offset, which reads it) differs: a training row's value
+    # leaves out its own self family ...
+    cross_fitted = [PARTNER_EFFECT, OFFSET_STRUCTURED]
+    pd.testing.assert_frame_equal(train.drop(columns=cross_fitted), predict.drop(columns=cross_fitted))
     assert not np.allclose(train[PARTNER_EFFECT], predict[PARTNER_EFFECT], equal_nan=True)
     # ... while a row to predict reads the table fitted on every training row.
     table = lookup_partner_effect(featurizer.partner_effects_, rows.meta).astype(np.float32)
@@ -96,7 +101,9 @@ def test_to_dict_round_trips_through_json(data):
     rows = ordered_rows(*data)
     featurizer = PairFeaturizer(features="physical").fit(rows)
     state = json.loads(json.dumps(featurizer.to_dict()))
-    assert set(state) == {"features", "partner_effect", "base_columns", "device_reference", "partner_effects"}
+    assert set(state) == {
+        "features", "partner_effect", "base_columns", "device_reference", "partner_effects", "structure"
+    }
     again = PairFeaturizer.from_dict(state)
     assert again.get_params() == featurizer.get_params()
     pd.testing.assert_frame_equal(again.transform(rows), featurizer.transform(rows))
@@ -116,7 +123,8 @@ def test_train_model_keeps_the_fitted_featurizer(data):
     assert "device_reference" not in model.training_summary_ and "partner_effect" not in model.training_summary_
     rows = ordered_rows(*data)
     featurizer = PairFeaturizer(partner_effect=True).fit(rows)
-    with pytest.raises(ModelSchemaError, match="missing: \\['pair_partner_effect'\\]"):
+    missing = "missing: \\['pair_offset_linear', 'pair_offset_probe', 'pair_offset_structured', 'pair_partner_effect'"
+    with pytest.raises(ModelSchemaError, match=missing):
         SlowdownRegressor(**FAST).fit(rows.X, rows.y, featurizer=featurizer)
     X = featurizer.transform(rows)
     with pytest.raises(ModelSchemaError, match="another order"):  # the fast path reads columns by position

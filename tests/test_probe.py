@@ -97,7 +97,8 @@ def test_offset_rows_without_the_feature_start_from_zero_and_explain_adds_up(tmp
     assert nan_row[f"offset: log {PROBE_OFFSET}"] == 0.0
     model.save(tmp_path / "m.json")
     loaded = SlowdownRegressor.load(tmp_path / "m.json")
-    assert loaded.offset_feature == PROBE_OFFSET
+    # Features built elsewhere lack the structure's offset columns: "auto" falls back to the probe's column.
+    assert loaded.offset_feature == "auto" and loaded.feature_names_in_[loaded.offset_index_] == PROBE_OFFSET
     np.testing.assert_allclose(loaded.predict_quantiles(X), q, rtol=1e-6)
 
 
@@ -118,13 +119,15 @@ def test_explain_pair_reports_the_offset_with_its_feature_value():
 
     profiles, pairs = synthetic()
     profiles["f_probe_slowdown"] = 1.0 + profiles["f_busy_frac"]
-    model = train_model(profiles, pairs, n_estimators=10, min_child_weight=2)
+    model = train_model(profiles, pairs, n_estimators=10, min_child_weight=2, structure="offset")
     out = explain_pair(model, profiles, "w1", "w2", "dev0", top=50)
     terms = {c["feature"]: c for c in out["a"]["contributions"]}
-    offset = terms[f"offset: log {PROBE_OFFSET}"]
-    expected = profiles.query("workload == 'w1' and device_name == 'dev0'")["f_probe_slowdown"].iloc[0]
-    assert offset["value"] == pytest.approx(expected)
-    assert offset["contribution"] == pytest.approx(math.log(expected))
+    offset = terms["offset: log pair_offset_probe"]
+    # The structure's offset is the probe's slowdown times the level of the device and mode (``structure``).
+    probe = profiles.query("workload == 'w1' and device_name == 'dev0'")["f_probe_slowdown"].iloc[0]
+    level = model.get_featurizer().structure_["levels_probe"]["dev0|cpu"]
+    assert offset["value"] == pytest.approx(probe * math.exp(level), rel=1e-5)
+    assert offset["contribution"] == pytest.approx(math.log(offset["value"]), rel=1e-5)
 
 
 @pytest.mark.slow

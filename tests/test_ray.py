@@ -363,26 +363,75 @@ def test_missing_ray_gives_the_install_hint(monkeypatch, tmp_path, capsys):
 
 @pytest.mark.slow
 def test_a_stopped_campaign_cancels_its_remaining_ray_tasks(ray_cluster, tmp_path):
-    """An error or Ctrl-C in the driver must not leave pair runs going on a cluster that outlives it."""
+    """An error or Ctrl-C in the driver must not leave pair runs going on a cluster that outlives it, nor let a
+    queued pair start once the campaign stopped.
+
+    Stopped as its first pair is written: the second pair's task may be running (Ray hands it the node as the
+    first ends), the third waits behind it. Once ``run_campaign`` has raised, no task of it is left: the
+    running pair's workers go with their Ray worker, and no pair run appears afterwards.
+    """
+    specs = THREE[:2]
+    mixed, last = tuple(sorted(specs)), (specs[1], specs[1])  # the second and the third pair, in plan order
 
     class Stop(Exception):
         pass
 
+    watch = PairWorkerWatch()
+    runs_at_stop: list[tuple[int, tuple[str, str]]] = []
+    alive_at_stop: dict[int, list[int]] = {}
+
     def stop_after_first_pair(event):
         if event.kind == "pair":
+            alive_at_stop.update(watch._scan())  # pair workers running at the stop, by their Ray worker
+            runs_at_stop.extend(watch.runs())
             raise Stop
 
-    with pytest.raises(Stop):
-        run_campaign(
-            THREE[:2], FAST, tmp_path, profile_missing=False, executor_factory=executor_factory("ray"),
-            on_event=stop_after_first_pair,
-        )
+    watch.start()
+    try:
+        with pytest.raises(Stop):
+            run_campaign(
+                specs, FAST, tmp_path, profile_missing=False, executor_factory=executor_factory("ray"),
+                on_event=stop_after_first_pair,
+            )
+        # Every task has ended by now (close waits for them); pair workers die with their Ray worker.
+        assert _eventually(lambda: not watch._scan(), 10.0), "the running pair task was not cancelled"
+        time.sleep(2.0)  # long enough for a queued task to show its pair workers, had it started
+        late = watch._scan()
+    finally:
+        watch.stop()
+    assert not late, f"a pair task started after the campaign stopped: {late}"
     assert len(_rows(tmp_path)) == 1
+    # The third pair was queued at the stop, unless the second had already run and ended before it (the
+    # driver writes one row in far less time than a pair run takes, so that is not expected; it is checked).
+    second_ended = any(s == mixed and host not in alive_at_stop for host, s in runs_at_stop)
+    if not second_ended:
+        ran = [s for _, s in watch.runs()]
+        assert last not in ran, f"the queued pair {last} started after the campaign stopped; runs seen: {ran}"
+
+
+@pytest.mark.slow
+def test_a_ray_task_started_after_its_campaign_stopped_starts_no_worker(ray_cluster):
+    """Ray can start a queued task in the moment between the stop and the task's cancel: the task reads the
+    campaign's stop flag first, and comes back skipped without a worker process."""
+    import ray
+
+    from sharewise.profiler.executors.ray import StopFlag, _run_on_node
+    from sharewise.profiler.pair import PairTask
+
+    stop = StopFlag()
+    stop.set()
     watch = PairWorkerWatch()
-    assert _eventually(lambda: not watch._scan(), 5.0), "the running pair task was not cancelled"
-    time.sleep(2.0)  # long enough for a queued task to have started, were it not cancelled
-    assert not watch._scan(), "a queued pair task started after the campaign stopped"
-    assert len(_rows(tmp_path)) == 1
+    watch.start()
+    try:
+        task = PairTask(THREE[0], THREE[1], "tiny_mlp", "tiny_conv")
+        finished = ray.get(ray.remote(num_cpus=2)(_run_on_node).remote(task, FAST, None, stop), timeout=120)
+    finally:
+        watch.stop()
+        stop.clear()
+    assert (finished.status, finished.row["status"]) == ("skipped", "skipped")
+    assert "the campaign stopped" in finished.error
+    assert not watch.workers, "a worker process started for a task of a stopped campaign"
+    assert not stop.is_set()
 
 
 def _eventually(cond, wait_s: float) -> bool:

@@ -11,14 +11,18 @@ import json
 import math
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
 import pytest
+from test_observe_prometheus import PrometheusServer, wait_for
 from test_physical import SLEEP, _dataset, _trace
 
 from sharewise.runtime.metrics import JOB_LABELS, METRICS, JobView, MetricsPortError, PolicyView, RunExporter
@@ -110,7 +114,7 @@ def test_the_grafana_dashboard_plots_only_metrics_the_exporter_serves(exporter):
     named = {m for e in exprs for m in re.findall(r"sharewise_run_\w+", e)}
     assert named and named <= served, named - served
     assert variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
-    per_job = [p for p in _panels(dash["panels"]) if p.get("repeat") == "job"]
+    per_job = [p for p in _panels(dash["panels"]) if p.get("repeat") == "job_id"]
     assert per_job and per_job[0]["type"] == "timeseries"
     plotted = " ".join(t["expr"] for t in per_job[0]["targets"])
     assert all(m in plotted for m in ("observed_slowdown", "predicted_slowdown_p50", "predicted_slowdown_p90"))
@@ -154,7 +158,8 @@ def test_a_run_serves_its_jobs_series_while_they_run(tmp_path):
                 time.sleep(0.2)
                 continue
             running = families.get("sharewise_run_job_observed_slowdown", [])
-            pairs = [s for s in families.get("sharewise_run_job_predicted_slowdown_p50", []) if s.labels["partner"]]
+            pairs = [s for s in families.get("sharewise_run_job_predicted_slowdown_p50", [])
+                     if s.labels["partner"] != "none"]
             if pairs and len(running) == 2:
                 seen_pair = families
             time.sleep(0.2)
@@ -184,3 +189,141 @@ def test_the_guide_lists_every_metric_the_exporter_serves():
     listed = set(re.findall(r"^\| `(sharewise_run_\w+)`", guide, re.MULTILINE))
     served = {name + ("_total" if kind == "counter" else "") for name, (kind, _) in METRICS.items()}
     assert listed == served
+
+
+# ---- the guide's queries and the dashboard's panels, asked of a real Prometheus ---------------------------------
+GUIDE = Path(__file__).resolve().parents[1] / "docs" / "guides" / "live-metrics.md"
+
+
+def _served_view(policy: str, jobs: tuple[JobView, ...], slot_jobs: tuple[int, ...]) -> PolicyView:
+    return PolicyView(policy=policy, clock_s=30.0, jobs=jobs, slot_jobs=slot_jobs, decisions=6, preemptions=1,
+                      failures=0)
+
+
+def _two_policies() -> list[PolicyView]:
+    """Two policies' runs of one trace (as a run of several policies serves them): in each, a job runs worse than
+    its p90 predicts next to its partner (the guide's second query has an answer), others run or wait."""
+    return [
+        _served_view("sharewise", (
+            JobView("a", "cnn", "0", "running", "b", 41.2, 60.3, 1.46, 1.38, 1.61, 120, 500.0, True),
+            JobView("b", "mlp", "0", "running", "a", 16.9, 22.0, 1.3, 1.05, 1.2, 80, 9000.0, False),
+            JobView("c", "ncf", "none", "paused", steps=10, length_steps=40.0)), (2,)),
+        _served_view("exclusive-sjf", (
+            JobView("a", "cnn", "0", "running", "", 58.0, 60.3, 1.04, 1.0, 1.0, 300, 500.0, True),
+            JobView("b", "mlp", "none", "queued", length_steps=9000.0, length_known=False),
+            JobView("c", "ncf", "1", "running", "", 9.0, 9.1, 1.01, 1.0, 1.0, 40, 40.0, True)), (1, 1)),
+    ]
+
+
+def _api(base: str, path: str, **params) -> dict:
+    """One call of Prometheus's HTTP API; its JSON body, an error answer's included (it says what was wrong)."""
+    address = f"{base}{path}?{urllib.parse.urlencode(params, doseq=True)}"
+    try:
+        with urllib.request.urlopen(address, timeout=10) as resp:
+            return json.loads(resp.read().decode())
+    except urllib.error.HTTPError as exc:
+        return json.loads(exc.read().decode())
+
+
+def guide_queries() -> list[str]:
+    """Every expression of the guide's ``promql`` blocks (one per line, ``#`` lines are their captions)."""
+    blocks = re.findall(r"```promql\n(.*?)```", GUIDE.read_text(), re.DOTALL)
+    lines = [line.strip() for b in blocks for line in b.splitlines()]
+    return [line for line in lines if line and not line.startswith("#")]
+
+
+def _substitute(text: str, values: dict[str, list[str]]) -> str:
+    """Grafana's ``$name`` / ``${name}`` variables replaced as Grafana does with *All* selected: in a regex match
+    (``=~"$name"``) by every value (``(a|b)``), elsewhere (a repeated panel's ``="$name"``) by one of them. An
+    unknown variable fails, naming it."""
+    def one(m: re.Match) -> str:
+        name = m.group(1) or m.group(2)
+        assert name in values, f"{text!r} uses ${name}, which the dashboard does not define ({sorted(values)})"
+        if text[: m.start()].endswith('=~"'):
+            # Grafana's escape: a regex metacharacter gets a backslash, itself escaped in the PromQL string
+            return "(" + "|".join(re.sub(r"[$^*+?.()|\\{}\[\]]", r"\\\\\g<0>", v) for v in values[name]) + ")"
+        return values[name][0]
+
+    return re.sub(r"\$\{(\w+)\}|\$(\w+)", one, text)
+
+
+@pytest.fixture(scope="module")
+def scraped_run(tmp_path_factory):
+    """A Prometheus server scraping a run's metrics endpoint every second, once it holds every served series."""
+    binary = shutil.which("prometheus")
+    if binary is None:
+        pytest.skip("needs the prometheus binary (Debian: apt-get install prometheus; .ci/run installs it)")
+    exp = RunExporter("127.0.0.1", 0)
+    views = _two_policies()
+    for view in views:
+        exp.update(view)
+    n_state = sum(len(v.jobs) for v in views)
+    try:
+        with PrometheusServer(tmp_path_factory.mktemp("prometheus"), [f"127.0.0.1:{exp.port}"], binary) as server:
+            def scraped():
+                body = _api(server.url, "/api/v1/query", query="count(sharewise_run_job_state)")
+                result = body.get("data", {}).get("result", [])
+                return result and int(float(result[0]["value"][1])) == n_state
+
+            wait_for(scraped, 60, "Prometheus scraped the run's metrics", server.proc)
+            time.sleep(2.5)  # two scrapes more: a range query of the last seconds has points to plot
+            yield server.url
+    finally:
+        exp.close()
+
+
+def test_the_guides_queries_answer_per_job_on_a_real_prometheus(scraped_run):
+    queries = guide_queries()
+    assert len(queries) >= 2, f"no promql blocks read from {GUIDE}"
+    for query in queries:
+        body = _api(scraped_run, "/api/v1/query", query=query)
+        assert body["status"] == "success", f"{query}: {body.get('errorType')}: {body.get('error')}"
+        series = [r["metric"] for r in body["data"]["result"]]
+        assert series, f"{query}: no series on a run that serves every metric it names"
+        keys = [(s.get("job_id"), s.get("policy")) for s in series]
+        assert None not in {k[0] for k in keys} and len(set(keys)) == len(keys), f"{query}: not per job: {series}"
+
+
+def test_every_dashboard_variable_and_panel_answers_on_a_real_prometheus(scraped_run):
+    """The dashboard's variables resolved as Grafana does (``label_values`` through the label API, in order, *All*
+    of their values selected), then every panel's every target evaluated as its panel asks (range or instant):
+    each answers without error and with series; a legend names labels each series has and tells them apart;
+    the table shows or hides every label its series carry."""
+    dash = json.loads(DASHBOARD.read_text())
+    values = {"datasource": ["prometheus"]}
+    for var in dash["templating"]["list"]:
+        if var["type"] != "query":
+            continue
+        query = _substitute(var["query"]["query"], values)
+        m = re.fullmatch(r"label_values\((.+),\s*(\w+)\)", query)
+        assert m, f"variable {var['name']}: {query!r} is not label_values(selector, label)"
+        body = _api(scraped_run, f"/api/v1/label/{m.group(2)}/values", **{"match[]": m.group(1)})
+        assert body["status"] == "success" and body["data"], f"variable {var['name']} ({query}): {body}"
+        values[var["name"]] = sorted(body["data"])
+    now = time.time()
+    checked = 0
+    for panel in _panels(dash["panels"]):
+        if panel.get("repeat"):
+            assert panel["repeat"] in values, f"{panel['title']} repeats over an undefined variable"
+        for target in panel.get("targets", []):
+            expr = _substitute(target["expr"], values)
+            if target.get("instant"):
+                body = _api(scraped_run, "/api/v1/query", query=expr, time=f"{now:.3f}")
+            else:
+                body = _api(scraped_run, "/api/v1/query_range", query=expr, start=f"{now - 5:.3f}",
+                            end=f"{now:.3f}", step="1")
+            where = f"panel {panel['title']!r} {target['refId']}: {expr}"
+            assert body["status"] == "success", f"{where}: {body.get('errorType')}: {body.get('error')}"
+            series = [r["metric"] for r in body["data"]["result"]]
+            assert series, f"{where}: no series"
+            names = re.findall(r"\{\{\s*(\w+)\s*\}\}", target.get("legendFormat", ""))
+            if names:
+                assert all(n in s for s in series for n in names), f"{where}: legend labels {names}, series {series}"
+                legends = [tuple(s[n] for n in names) for s in series]
+                assert len(set(legends)) == len(legends), f"{where}: legends {legends} do not tell series apart"
+            if panel["type"] == "table":
+                organize = next(t["options"] for t in panel["transformations"] if t["id"] == "organize")
+                named = set(organize["indexByName"]) | set(organize["excludeByName"])
+                assert {k for s in series for k in s} <= named, f"{where}: columns neither shown nor hidden"
+            checked += 1
+    assert checked >= 10

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +22,7 @@ from sharewise.datasets.traces.philly import read_philly_csv
 from sharewise.engine.interface import InvalidPlacementError
 from sharewise.engine.simulator import Cluster, simulate
 from sharewise.engine.table import SlowdownTable
-from sharewise.errors import TraceError
+from sharewise.errors import TraceError, UnknownRateError
 from sharewise.policy import Placement, get_policy, policy_names
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
@@ -552,3 +553,94 @@ def test_verdict_says_where_ours_loses_and_why():
     assert "sjf-bsbf's average JCT is 20% lower, at the cost of 9 SLO violations to our 1" in lost[1]
     preempt = verdict(sim(**{"tiresias": (1.0, 0, 30), "sjf-bsbf": (1.6, 9, 0), "sharewise": (1.5, 0, 0)}))
     assert "it preempts running jobs more freely (30 preemptions to our 0" in preempt[1]
+
+
+# ---- a run that could never end stops at once, naming the job; honest verdicts and units (issue 52) -----------
+def within_seconds(seconds: float, call):
+    """``call()``'s result (or its exception), failing where it runs longer than ``seconds``: a loop that spins
+    would otherwise hang the suite (it runs in a daemon thread, left behind if it never returns)."""
+    box: dict = {}
+
+    def target():
+        try:
+            box["value"] = call()
+        except BaseException as exc:  # noqa: BLE001 - handed back to the test
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"still running after {seconds} s: the scheduling loop spins"
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+def test_a_job_with_a_nan_rate_is_an_error_naming_it_never_an_endless_loop():
+    """``run --compare-sim`` once gave a job the speed NaN (a command whose solo rate the sitting never measured):
+    its completion time was NaN, neither reached nor infinite, and the loop spun forever. Now the job's rate is
+    refused where it is set, naming the job, its trace line and where the rate came from."""
+    trace = _trace([(0, 100, 1, "a"), (5, 60, 1, "b")])
+    for speed, who in (([np.nan, 1.0], r"job 'j0' \(trace line 2\)"), ([1.0, np.nan], r"job 'j1' \(trace line 3\)")):
+        with pytest.raises(UnknownRateError, match=who + r" has no finite positive rate.*speed factor nan"):
+            within_seconds(60, lambda s=speed: simulate(trace, get_policy("exclusive-sjf"), _table(),
+                                                        cluster=Cluster(1, 1), job_speed=np.array(s)))
+
+
+def test_a_job_with_unknown_work_is_refused_before_the_loop_starts():
+    from sharewise.engine.loop import SchedulingLoop
+    from sharewise.engine.simulator import SimWorld
+
+    table = _table()
+    with pytest.raises(UnknownRateError, match=r"job 'y' \(trace line 3\) has work nan s"):
+        SchedulingLoop(arrival=np.array([0.0, 1.0]), work=np.array([10.0, np.nan]), gpus=np.array([1, 1]),
+                       workload=np.array([0, 1]), line=np.array([2, 3]), job_id=np.array(["x", "y"]),
+                       policy=get_policy("exclusive-sjf"), table=table, world=SimWorld(table, 0.0, True),
+                       cluster=Cluster(1, 1))
+
+
+def test_the_result_says_which_jobs_shared_a_gpu():
+    # a and b share GPU 0 from 0 s to 75 s (test_two_jobs_sharing_hand_computed); c arrives at 200 s, alone.
+    r = simulate(_trace([(0, 100, 1, "a"), (0, 60, 1, "b"), (200, 10, 1, "a")]), _share_everything, _table(),
+                 cluster=Cluster(1, 1))
+    assert r.shared.tolist() == [True, True, False]
+    alone = simulate(_trace([(0, 100, 1, "a"), (0, 60, 1, "b")]), get_policy("exclusive-sjf"), _table(),
+                     cluster=Cluster(1, 1))
+    assert alone.shared.tolist() == [False, False]
+
+
+def test_a_verdict_where_ours_shared_nothing_neither_credits_nor_blames_sharing():
+    """Where none of ours' jobs shared, a lower average JCT is its job order (or a physical run's noise), and a
+    higher one is not sharing failing to pay: the verdict says so, never "lowest" or "does not pay"."""
+    from sharewise.app.simulate import verdict
+
+    def sim(**policies):
+        return {"jobs": 4, "policies": {n: {"avg_jct": j, "slo_violations": 0, "preemptions": 0}
+                                        for n, j in policies.items()}}
+
+    won = verdict(sim(**{"exclusive-sjf": 20.0, "sharewise": 18.8}), unit=("s", 1.0),
+                  shared={"exclusive-sjf": 0, "sharewise": 0}, noise=True)
+    assert won == ["sharewise: average JCT 18.80 s, 0.94x exclusive-sjf, 0 SLO violation(s) of 4 jobs",
+                   "No job shared a GPU under sharewise (each ran alone): its average JCT, 6% below exclusive-sjf's, "
+                   "comes from its job order, its pauses and run-to-run noise, not from sharing."]
+    lost = verdict(sim(**{"exclusive-sjf": 20.0, "sharewise": 22.0}), unit=("s", 1.0), shared={"sharewise": 0})
+    assert lost[1] == ("No job shared a GPU under sharewise (each ran alone): its average JCT, 10% above "
+                       "exclusive-sjf's, comes from its job order and pauses, not from sharing.")
+    # Where ours shared, the verdict reads as before.
+    shared = verdict(sim(**{"exclusive-sjf": 20.0, "sharewise": 22.0}), unit=("s", 1.0), shared={"sharewise": 2})
+    assert "sharing does not pay for itself as predicted" in shared[1]
+
+
+def test_simulate_shows_times_in_the_unit_of_their_magnitude(tmp_path, capsys):
+    """A trace of seconds reads in seconds (it read 0.01 h): exclusive-sjf on one GPU runs j0 from 0 to 30 s and
+    j1 (arrived at 5 s) from 30 to 50 s, an average JCT of (30 + 45) / 2 = 37.50 s."""
+    from sharewise.app.simulate import time_unit
+
+    assert [time_unit(s) for s in (37.5, 90.0, 5400.0)] == [("s", 1.0), ("min", 60.0), ("h", 3600.0)]
+    data = golden_dataset(tmp_path / "truth")
+    trace = _write(tmp_path, "short.csv",
+                   "job_id,arrival_s,duration_s,gpus,workload\nj0,0,30,1,alpha\nj1,5,20,1,beta\n")
+    assert run_cli(["simulate", trace, "--data", data, "--gpus", "1", "--gpus-per-node", "1", "--oracle",
+                    "--policy", "exclusive-sjf"]) == 0
+    out = capsys.readouterr().out
+    assert "avg JCT (s)" in out and "37.50" in out and "(h)" not in out

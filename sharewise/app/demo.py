@@ -50,7 +50,15 @@ class DemoResult:
 
 
 def demo(options: DemoOptions, hooks: DemoHooks) -> DemoResult:
-    """Profile and pair the workloads, train, predict a pair, recommend for a queue, simulate and report."""
+    """Profile and pair the workloads, train, predict a pair, recommend for a queue, simulate and report.
+
+    Fails before the first measurement where the predictor's XGBoost is not installed (``MissingDependencyError``
+    naming the extra), not after minutes of measuring."""
+    from sharewise.predictor.xgboost_import import xgboost_module
+
+    # Training comes after minutes of measuring: import XGBoost now, so an install without the cpu or gpu extra
+    # hears what to install at once, in the words training would use.
+    xgboost_module()
     from sharewise.app.prediction import PredictOptions, TrainOptions, predict, train
     from sharewise.app.profiling import PairsOptions, pairs
     from sharewise.app.recommend import RecommendConfig, recommend

@@ -160,6 +160,11 @@ def _solve(config: RecommendConfig, strict: bool) -> _Solved:
     ds = open_dataset(config.data, profiles=True)
     profiles = ds.read_profiles()
     queue = read_table_csv(config.queue, "queue", QUEUE_COLUMNS)
+    if queue.empty:
+        raise TraceError(
+            f"{config.queue}: the queue has no jobs, only its header ({','.join(queue.columns)}); add a line per "
+            "job to pair, e.g. job1,resnet18"
+        )
     cluster = read_table_csv(config.cluster, "cluster", CLUSTER_COLUMNS) if config.cluster else None
     specs = _command_specs(queue, cluster)
     # ``unique`` first: iterating 100,000 Arrow strings in Python takes 0.06-0.12 s, ``unique`` 1 ms.
@@ -171,14 +176,11 @@ def _solve(config: RecommendConfig, strict: bool) -> _Solved:
             else set()
         )
     )
-    device = _device(profiles, needed, config.device_name)
+    device = _device(profiles, needed, config.device_name, config.data)
     prof = profiles[profiles["device_name"].astype(str) == device]
     missing = sorted(set(needed) - set(prof["workload"].astype(str)))
     if missing:
-        raise DatasetError(
-            f"no profile on device {device!r} of workload(s) {missing[:10]}; profile them first "
-            f"('sharewise profile WORKLOAD --out {config.data}')"
-        )
+        raise DatasetError(_missing_line(profiles, missing, device, config.data))
     i, j = np.triu_indices(len(needed))
     names = np.array(needed, dtype=object)
     candidates = pd.DataFrame({"workload_a": names[i], "workload_b": names[j], "device_name": device})
@@ -300,8 +302,9 @@ def _sharing(choice: str, measured: list[str]) -> tuple[str, str | None]:
         choice = measured[0] if len(measured) == 1 and measured[0] in gpu_modes else gpu_modes[0]
     if measured == [choice]:
         return choice, None
+    where = f"mode(s) {', '.join(measured)}" if measured else "an unrecorded mode"
     return choice, (
-        f"the slowdowns were measured in mode(s) {measured}, the plan shares GPUs by {choice}: the predictions "
+        f"the slowdowns were measured in {where}, the plan shares GPUs by {choice}: the predictions "
         f"carry over only as far as the modes interfere alike (choose with --sharing {' | '.join(gpu_modes)})"
     )
 
@@ -349,7 +352,15 @@ def _write(path: Path, text: str) -> None:
         raise
 
 
-def _device(profiles: pd.DataFrame, workloads: list[str], device_name: str | None) -> str:
+def _device(profiles: pd.DataFrame, workloads: list[str], device_name: str | None, data: str = "DIR") -> str:
+    """The one device the plan is for: ``device_name``, else the only device the queued workloads are profiled
+    on, else the only one that has a profile of each of them.
+
+    A plan takes no stand-in profiles from another device (as ``predict`` and ``suggest`` do): it also checks
+    memory fits and sets memory limits from the profiles, and those are the device's own. Where no device has
+    every queued workload, the error says so in one line with the command that profiles the rest on this
+    machine's device (or on the device most of them are profiled on).
+    """
     present = sorted(set(profiles["device_name"].astype(str)))
     if device_name is not None:
         if device_name not in present:
@@ -363,4 +374,34 @@ def _device(profiles: pd.DataFrame, workloads: list[str], device_name: str | Non
             f"no profile of any queued workload; the dataset's workloads: "
             f"{', '.join(sorted(set(profiles['workload'].astype(str)))[:30])}"
         )
-    raise ConfigError(f"the profiles cover several devices {of_jobs}; choose one with --device-name NAME")
+    from sharewise.predictor.stand_in import profiled_devices
+
+    devices = profiled_devices(profiles[profiles["workload"].astype(str).isin(workloads)])
+    complete = [d for d in of_jobs if all(d in devices.get(w, set()) for w in workloads)]
+    if len(complete) == 1:
+        return complete[0]
+    if complete:
+        raise ConfigError(f"the profiles cover several devices {complete}; choose one with --device-name NAME")
+    from sharewise.profiler.device import local_device_names
+
+    count = {d: sum(d in devices.get(w, set()) for w in workloads) for d in of_jobs}
+    here = next((d for d in local_device_names() if d in count), max(of_jobs, key=lambda d: (count[d], d)))
+    missing = sorted(w for w in workloads if here not in devices.get(w, set()))
+    raise DatasetError(_missing_line(profiles, missing, here, data))
+
+
+def _missing_line(profiles: pd.DataFrame, missing: list[str], device: str, data: str) -> str:
+    """One line: the queued workloads without a profile on the plan's ``device``, where they are profiled, and
+    the command that profiles them there."""
+    from sharewise.app.suggest import profile_folder
+    from sharewise.predictor.stand_in import profile_command, profiled_devices
+
+    devices = profiled_devices(profiles[profiles["workload"].astype(str).isin(missing)])
+    where = sorted({d for w in missing for d in devices.get(w, set())})
+    elsewhere = f" (profiled on {' and '.join(repr(d) for d in where)})" if where else ""
+    command = profile_command(profiles, missing, device, profile_folder([data], profiles, device))
+    return (
+        f"no profile on device {device!r} of queued workload(s) {', '.join(missing[:10])}{elsewhere}; a plan is for "
+        f"one device and uses its own profiles (memory included): profile them there: {command}, or choose "
+        "another device with --device-name"
+    )

@@ -16,7 +16,9 @@ The same scheduling loop and policy objects as ``simulate`` (``sharewise.engine.
    out: the policies see an estimate until the real length is known (``sharewise.runtime.lengths``); every
    policy of one call starts from the same estimates. With ``metrics_port`` the run serves live Prometheus
    metrics (``sharewise.runtime.metrics``). Pairs that share a slot are measured as they
-   run and written as observed pair rows to ``RUNDIR/observed/`` (a dataset folder ``sharewise train`` reads).
+   run; those that pass ``collect``'s confidence rule (``profiler.confidence``) are learned by the policies and
+   written as observed pair rows to ``RUNDIR/observed/`` (a dataset folder ``sharewise train`` reads), the others
+   named in a note. A job's realized slowdown counts from its first step (``stepping_slowdown``).
    After every event the loop's state is saved (``RUNDIR/<policy>/state.json``); a stopped run resumes from it.
 4. **Compare** (``compare_sim``): the same trace simulated on the same slots under the same policy, with the
    simulator's truth measured in this sitting (each workload's solo step time and start-up time, each
@@ -54,6 +56,7 @@ from sharewise.engine.cluster import Cluster
 from sharewise.engine.loop import DONE, FAILED, SchedulingLoop
 from sharewise.engine.result import RunResult
 from sharewise.policy import get_policy, warm_up
+from sharewise.runtime.exits import error_line
 from sharewise.runtime.jobs import JobSpec
 from sharewise.runtime.lengths import Length
 from sharewise.runtime.sitting import Sitting
@@ -120,7 +123,8 @@ class RunReport:
         out["device"] = {"kind": self.layout.device, "mode": self.layout.mode, "slots": self.layout.n_slots,
                          "device_name": self.layout.device_name}
         out["failures"] = {name: r.failures() for name, r in self.runs.items()}
-        out["verdict"] = _failure_lines(out) + verdict(out, unit=("s", 1.0))
+        shared = {name: m.get("shared_jobs") for name, m in out["policies"].items()}
+        out["verdict"] = _failure_lines(out) + verdict(out, unit=("s", 1.0), shared=shared, noise=True)
         out["runs"] = {name: {"complete": r.complete, "wall_s": round(r.wall_s, 1), "jobs": r.jobs}
                        for name, r in self.runs.items()}
         if self.comparison is not None:
@@ -143,8 +147,14 @@ def run_policy(name: str, inputs: RunInputs, config: PhysicalConfig, out: Path, 
     lengths = [replace(n) for n in lengths] if lengths is not None else job_lengths(inputs, sitting, config, step_s)
     steps = np.array([n.steps for n in lengths], dtype=float)
     observed = Dataset(out / OBSERVED)
+    refused: dict[tuple[str, str], str] = {}  # pairs whose latest measurement failed the confidence rule
 
     def on_pair(spec_a: JobSpec, spec_b: JobSpec, values: dict) -> None:
+        key = (min(spec_a.name, spec_b.name), max(spec_a.name, spec_b.name))
+        if values["refused"]:
+            refused[key] = f"{values['refused']} (in {values['pairings']} pairing(s))"
+            return
+        refused.pop(key, None)
         observed.write_pairs(pd.DataFrame([_observed_row(spec_a, spec_b, values, inputs, name)]))
 
     state_path = folder / "state.json"
@@ -167,7 +177,7 @@ def run_policy(name: str, inputs: RunInputs, config: PhysicalConfig, out: Path, 
         gpus=np.asarray(inputs.trace.gpus, dtype=np.int64), workload=inputs.table.ids([s.name for s in inputs.specs]),
         line=inputs.trace.line, policy=get_policy(name), table=inputs.table, world=world,
         cluster=Cluster(n_gpus=inputs.layout.n_slots, gpus_per_node=inputs.layout.n_slots), slo=config.max_slowdown,
-        name=name, observe=config.observe, round_s=config.round_s,
+        name=name, observe=config.observe, round_s=config.round_s, job_id=inputs.trace.job_id,
     )
     if state_path.is_file():
         saved = json.loads(state_path.read_text())
@@ -187,12 +197,39 @@ def run_policy(name: str, inputs: RunInputs, config: PhysicalConfig, out: Path, 
         if done[j] and is_command_spec(rec.spec.workload) and (rec.spec.steps is None or rec.steps < rec.spec.steps):
             sitting.lengths[rec.spec.workload] = rec.steps
     write_json_atomic(out / "sitting.json", sitting.to_json())
+    last_step = np.array([rec.last_step_t for rec in world.jobs], dtype=float)
+    result.realized_slowdown = stepping_slowdown(
+        loop.start, np.where(np.isfinite(loop.finish), last_step, np.nan),
+        np.array([rec.startups[0] if rec.startups else 0.0 for rec in world.jobs]),
+        np.array([rec.step_s for rec in world.jobs]), np.array([rec.length.steps for rec in world.jobs]))
+    result.metrics = result.compute_metrics()  # the SLO counted on the slowdowns from the first step
     result.metrics = finished_metrics(result, done)
-    jobs = _jobs_json(loop, world, inputs)
+    result.metrics["shared_jobs"] = int(loop.shared.sum())
+    jobs = _jobs_json(loop, world, inputs, result.realized_slowdown)
     notes = [n for rec in world.jobs if (n := rec.length.note(rec.spec.job_id, rec.spec.name)) is not None]
+    notes += [f"pair {a}+{b} not written to {OBSERVED}/ nor learned by the policies: {why}"
+              for (a, b), why in refused.items()]
     run = PolicyRun(name, result, jobs, True, time.perf_counter() - began, len(loop.learned), notes)
     write_json_atomic(folder / "run.json", _run_json(run, inputs, config))
     return run
+
+
+def stepping_slowdown(start: np.ndarray, last_step: np.ndarray, startup: np.ndarray, step_s: np.ndarray,
+                      steps: np.ndarray) -> np.ndarray:
+    """Each job's realized slowdown while it stepped: the time from its first start to its ``last_step`` report,
+    less its first start-up (``startup``: from its process start to its first step report, which holds one
+    step), over its ``steps`` at its solo ``step_s``; NaN for a job that did not end (``last_step`` NaN). A
+    start-up and the teardown after the last step (the interpreter's exit) are no slowdown: a job of 1 s of work
+    would otherwise count 3 s of imports and 1 s of exit as a slowdown of 5 and violate any SLO while alone.
+    Start-ups that later moves cost, and pauses, still count.
+
+    Example: started at 10.0, first step reported 2.8 s later (step time 0.1 s), its 10th and last at 13.9:
+    ``(13.9 - 10.0 - (2.8 - 0.1)) / (10 * 0.1)`` = 1.2.
+    """
+    work = steps * step_s
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = (last_step - start - np.maximum(0.0, startup - step_s)) / work
+    return np.where(np.isfinite(last_step) & (work > 0), out, np.nan)
 
 
 def finished_metrics(result: RunResult, done: np.ndarray) -> dict:
@@ -224,16 +261,16 @@ def _failure_lines(summary: dict) -> list[str]:
         if not failed:
             continue
         m = summary["policies"][name]
-        jobs = "; ".join(f"{f['job_id']} ({f['workload']}) {f['status']}: {f['message'][:160]}" for f in failed)
+        jobs = "; ".join(f"{f['job_id']} ({f['workload']}) {f['status']}: {error_line(f['message'])[:200]}"
+                         for f in failed)
         lines.append(f"{name}: {len(failed)} of {summary['jobs']} job(s) FAILED, averages are over the "
                      f"{m.get('finished', summary['jobs'] - len(failed))} that finished: {jobs}")
     return lines
 
 
-def _jobs_json(loop: SchedulingLoop, world: RealWorld, inputs: RunInputs) -> list[dict]:
+def _jobs_json(loop: SchedulingLoop, world: RealWorld, inputs: RunInputs, realized: np.ndarray) -> list[dict]:
     out = []
     status_name = {DONE: "done", FAILED: "failed"}
-    realized = loop.realized_slowdown()
     for j, spec in enumerate(inputs.specs):
         rec = world.job_json(j)
         status = status_name.get(int(loop.status[j]), "unfinished")
@@ -244,6 +281,7 @@ def _jobs_json(loop: SchedulingLoop, world: RealWorld, inputs: RunInputs) -> lis
             "arrival": float(loop.arrival[j]), "start": _num(loop.start[j]), "finish": _num(loop.finish[j]),
             "jct": _num(loop.finish[j] - loop.arrival[j]), "realized_slowdown": _num(realized[j]),
             "work_s": round(float(loop.duration[j]), 3), "status": status, "restarts": int(loop.restarts[j]),
+            "shared": bool(loop.shared[j]),
             **{k: v for k, v in rec.items() if k != "workload"},
         })
     return out
@@ -262,7 +300,8 @@ def _run_json(run: PolicyRun, inputs: RunInputs, config: PhysicalConfig) -> dict
 
 
 def _observed_row(spec_a: JobSpec, spec_b: JobSpec, values: dict, inputs: RunInputs, policy: str) -> dict:
-    """A pairs-table row of a pair observed in a run (``source`` = ``observed``; pooled over its pairings)."""
+    """A pairs-table row of a pair observed in a run that passed the confidence rule (``source`` = ``observed``;
+    slowdowns pooled over its pairings, ``trials``, ``cv_*`` and ``ci_*`` over their windows)."""
     import socket
 
     lay = inputs.layout
@@ -270,7 +309,8 @@ def _observed_row(spec_a: JobSpec, spec_b: JobSpec, values: dict, inputs: RunInp
         "workload_a": spec_a.name, "workload_b": spec_b.name, "device_kind": lay.device,
         "device_name": lay.device_name, "mode": lay.mode, "solo_a": values["solo_a"], "solo_b": values["solo_b"],
         "coloc_a": values["coloc_a"], "coloc_b": values["coloc_b"], "slowdown_a": values["slowdown_a"],
-        "slowdown_b": values["slowdown_b"], "trials": int(values["trials"]), "cv_a": math.nan, "cv_b": math.nan,
+        "slowdown_b": values["slowdown_b"], "trials": int(values["trials"]), "cv_a": values["cv_a"],
+        "cv_b": values["cv_b"], "ci_a": values["ci_a"], "ci_b": values["ci_b"],
         "status": "ok", "error": "", "created_at": utc_now(), "source": OBSERVED, "host": socket.gethostname(),
         "window_s": values["window_s"], "steps_a": int(values["steps_a"]), "steps_b": int(values["steps_b"]),
         "size": spec_a.size, "isolation": f"run:{policy}",
@@ -328,6 +368,9 @@ def _run_all(config: PhysicalConfig, inputs: RunInputs, progress, launcher, expo
                      f"{config.default_length_s:g} s)")
     for name, run in runs.items():
         notes.extend(f"{name}: {n}" if len(runs) > 1 else n for n in run.notes)
+    notes.append("realized slowdowns (and SLO violations) count from each job's first step to its last: its start-up "
+                 "(process start, imports, build) and its teardown (interpreter exit) are not slowdown"
+                 + _startup_note(runs))
     if config.calibrate_s > 0:
         notes.append(f"calibration: each workload ran alone for {config.calibrate_s:g} s before the runs; the "
                      "policies' unit of work is its step time then")
@@ -422,6 +465,17 @@ def _load_run(path: Path, inputs: RunInputs) -> PolicyRun:
 
 
 # ---- small helpers -----------------------------------------------------------------------------------
+def _startup_note(runs: dict[str, PolicyRun]) -> str:
+    """``" (here a median 2.7 s of start-up and 0.4 s of teardown)"``: the jobs' first start-ups and the time from
+    their last step to their exit over every run; nothing where none was timed."""
+    firsts = [j["startup_s"][0] for r in runs.values() for j in r.jobs if j.get("startup_s")]
+    ends = [j["finish"] - j["exit"]["last_step_t"] for r in runs.values() for j in r.jobs
+            if j["status"] == "done" and (j.get("exit") or {}).get("last_step_t") is not None]
+    parts = ([f"{float(np.median(firsts)):.1f} s of start-up"] if firsts else []) + (
+        [f"{float(np.median(ends)):.1f} s of teardown"] if ends else [])
+    return f" (here a median {' and '.join(parts)})" if parts else ""
+
+
 def _rounded(metrics: dict) -> dict:
     return {k: (round(v, _JSON_DECIMALS) if isinstance(v, float) and math.isfinite(v) else v)
             for k, v in metrics.items()}

@@ -22,7 +22,10 @@ def sitting_truth(inputs: RunInputs, sitting: Sitting,
                   steps: np.ndarray) -> tuple[SlowdownTable, np.ndarray, np.ndarray, list[str]]:
     """The simulator's truth from this sitting: the trace's pair slowdowns as the runs observed them (else the
     dataset's), and each job's exclusive run time (its start-up, then its ``steps`` at its workload's solo
-    rate in the sitting)."""
+    rate in the sitting: its solo stretches where they span enough steps and seconds, else the step time the
+    runs' policies used, from the calibration or the dataset; then its teardown, from its last step to its
+    process's exit noticed, which holds the slot as long). A short command that never ran alone for long
+    enough still has the calibration's rate, so its simulated rate is never unknown."""
     names = inputs.names
     p50 = np.array(inputs.truth.p50, dtype=float)
     in_trace = sorted({s.name for s in inputs.specs})
@@ -39,15 +42,18 @@ def sitting_truth(inputs: RunInputs, sitting: Sitting,
     truth = SlowdownTable(names, p50, p50, p50, inputs.truth.allowed, device_name=inputs.layout.device_name,
                           source="this sitting")
     exclusive, startup = [], []
-    for spec, n in zip(inputs.specs, steps, strict=True):
+    step_s, _ = step_times(inputs, sitting)
+    for spec, n, s in zip(inputs.specs, steps, step_s, strict=True):
         rate = sitting.solo_rate(spec.name)
         if not (rate > 0):
-            rate = inputs.throughput.get(spec.name, math.nan)
+            rate = 1.0 / s
         startups = sitting.startup.get(spec.name) or [1.0 / rate]
         # The first step is one of the steps: the start-up is what the first report took beyond it.
         startup.append(max(0.0, float(np.median(startups)) - 1.0 / rate))
-        exclusive.append(startup[-1] + n / rate)
-    notes = [f"simulator's truth: each workload's solo step time and start-up time as measured in this sitting; "
+        teardown = sitting.teardown.get(spec.name)
+        exclusive.append(startup[-1] + n / rate + (float(np.median(teardown)) if teardown else 0.0))
+    notes = [f"simulator's truth: each workload's solo step time, start-up time and teardown (last step to exit) "
+             "as measured in this sitting; "
              f"{observed} workload pair(s) of the trace as the runs observed them"
              + (f", {len(from_dataset)} the runs never formed from the dataset ({', '.join(from_dataset[:6])}"
                 + (", ..." if len(from_dataset) > 6 else "") + ")" if from_dataset else "")]

@@ -311,7 +311,7 @@ def calibrate(inputs: RunInputs, config: PhysicalConfig, out: Path, sitting: Sit
                        work / f"{safe_name(name)}.progress", work / f"{safe_name(name)}.log", env)
         limit = max(120.0, 20 * config.calibrate_s)
         records: list[tuple[int, float]] = []
-        ended = None
+        ended, noticed = None, math.nan
         try:
             deadline = time.time() + limit
             while time.time() < deadline:
@@ -320,6 +320,7 @@ def calibrate(inputs: RunInputs, config: PhysicalConfig, out: Path, sitting: Sit
                     break
                 ended = job.exit()
                 if ended is not None:
+                    noticed = time.time()
                     records += job.poll()
                     break
                 time.sleep(0.05)
@@ -347,6 +348,8 @@ def calibrate(inputs: RunInputs, config: PhysicalConfig, out: Path, sitting: Sit
             sitting.startup[name].append(cal["startup_s"])
         if failed is None and len(records) >= 2:
             sitting.add_solo(name, records[-1][0] - records[0][0], records[-1][1] - records[0][1])
+        if done and records:  # from its last step to its exit noticed, as a run notices a job's end
+            sitting.teardown[name].append(max(0.0, noticed - records[-1][1]))
         write_json_atomic(out / "sitting.json", sitting.to_json())
 
 

@@ -405,15 +405,39 @@ SHARING_POLICIES = ("sjf-ffs", "sjf-bsbf", "sharewise")
 JCT_TOLERANCE = 0.01
 
 
-def verdict(sim: dict, ours: str = "sharewise", unit: tuple[str, float] = ("h", 3600.0)) -> list[str]:
+def time_unit(seconds: float) -> tuple[str, float]:
+    """The unit to show a time of this magnitude in, and its seconds: hours from one hour, minutes from one
+    minute, else seconds (a trace of seconds reads ``36.2 s``, not ``0.01 h``).
+
+    >>> time_unit(36.2), time_unit(600.0), time_unit(5400.0)
+    (('s', 1.0), ('min', 60.0), ('h', 3600.0))
+    """
+    if seconds >= 3600.0:
+        return "h", 3600.0
+    if seconds >= 60.0:
+        return "min", 60.0
+    return "s", 1.0
+
+
+def jct_unit(sim: dict) -> tuple[str, float]:
+    """``time_unit`` of the largest average JCT of a ``simulate --json`` result (one unit for its table)."""
+    jcts = [m["avg_jct"] for m in sim["policies"].values() if math.isfinite(m.get("avg_jct", math.nan))]
+    return time_unit(max(jcts)) if jcts else ("s", 1.0)
+
+
+def verdict(sim: dict, ours: str = "sharewise", unit: tuple[str, float] = ("h", 3600.0),
+            shared: dict[str, int | None] | None = None, noise: bool = False) -> list[str]:
     """Say in plain words where ``ours`` stands in a ``simulate --json`` result, and why when it does not win.
 
     Ours wins a run when its average JCT is the lowest (within 1%) and it has no more SLO violations than any
     other sharing policy. The reasons are read off the numbers: a policy that beats ours by violating the
     SLO more often, sharing that does not pay on this load (an exclusive policy leads), or freer preemption.
+    ``shared`` (per policy, how many jobs ever shared a GPU; None where unknown): where ours shared none, its
+    average JCT says nothing of sharing, and the verdict says that instead of crediting or blaming sharing.
+    ``noise``: the runs are physical, so runs that decided alike still differ by run-to-run noise.
 
-    Example: ``["sharewise: average JCT 1.38 h, 0.76x exclusive-sjf; sjf-bsbf is 14% lower, with 10 SLO
-    violations to our 0: ..."]``
+    Example: ``["sharewise: average JCT 1.38 h, 0.76x exclusive-sjf, 0 SLO violation(s) of 300 jobs",
+    "sjf-bsbf's average JCT is 14% lower, at the cost of 10 SLO violations to our 0: ..."]``
     """
     pol = sim["policies"]
     if ours not in pol:
@@ -430,10 +454,12 @@ def verdict(sim: dict, ours: str = "sharewise", unit: tuple[str, float] = ("h", 
     more_violations = [
         n for n in SHARING_POLICIES if n in pol and n != ours and pol[n]["slo_violations"] < mine["slo_violations"]
     ]
-    if mine["avg_jct"] <= best["avg_jct"] * (1 + JCT_TOLERANCE) and not more_violations:
+    if shared is not None and shared.get(ours) == 0:
+        lines.append(_unshared(ours, pol, noise))
+    elif mine["avg_jct"] <= best["avg_jct"] * (1 + JCT_TOLERANCE) and not more_violations:
         lines.append(f"{ours} has the lowest average JCT here (within {JCT_TOLERANCE:.0%}).")
         return lines
-    if mine["avg_jct"] > best["avg_jct"] * (1 + JCT_TOLERANCE):
+    elif mine["avg_jct"] > best["avg_jct"] * (1 + JCT_TOLERANCE):
         gap = 1 - best["avg_jct"] / mine["avg_jct"]
         why = f"{best_name}'s average JCT is {gap:.0%} lower"
         if best["slo_violations"] > mine["slo_violations"]:
@@ -455,3 +481,18 @@ def verdict(sim: dict, ours: str = "sharewise", unit: tuple[str, float] = ("h", 
     for n in more_violations:
         lines.append(f"{n} has fewer SLO violations ({pol[n]['slo_violations']}) than ours.")
     return lines
+
+
+def _unshared(ours: str, pol: dict, noise: bool) -> str:
+    """The verdict's line where no job of ours shared a GPU: its average JCT against the best other policy's
+    comes from job order and pauses (and noise), not from sharing, so it is neither credited nor blamed."""
+    others = [n for n in pol if n != ours]
+    what = "its job order, its pauses and run-to-run noise" if noise else "its job order and pauses"
+    if not others:
+        return f"No job shared a GPU under {ours} (each ran alone): nothing here measures sharing."
+    ref = min(others, key=lambda n: pol[n]["avg_jct"])
+    diff = pol[ours]["avg_jct"] / pol[ref]["avg_jct"] - 1 if pol[ref]["avg_jct"] > 0 else 0.0
+    rel = (f"within {JCT_TOLERANCE:.0%} of" if abs(diff) <= JCT_TOLERANCE else
+           f"{abs(diff):.0%} {'below' if diff < 0 else 'above'}")
+    return (f"No job shared a GPU under {ours} (each ran alone): its average JCT, {rel} {ref}'s, comes from "
+            f"{what}, not from sharing.")

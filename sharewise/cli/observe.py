@@ -38,21 +38,29 @@ def observe(
         help="Print the export lines that observe every Python job started after them, and run nothing (for a "
         "Slurm script: eval \"$(sharewise observe --print-env --port 9478 --name train)\").",
     ),
+    cpu_env: bool = typer.Option(
+        None, "--cpu-env/--no-cpu-env", show_default=False,
+        help="Start the job with the environment sharewise's CPU workers use (OMP_WAIT_POLICY=PASSIVE, "
+        "KMP_BLOCKTIME=0, one thread per core, pinned to this process's cores; variables already set win). "
+        "Default: on where no NVIDIA GPU is visible.",
+    ),
 ):
     """Run an unmodified training command and serve its step rate, device and name as Prometheus metrics.
 
-    The job's behaviour and exit status are unchanged; signals are passed on. A port that is taken, or a Python
-    without prometheus_client, is one line on stderr and the job runs unobserved. What a pod spec or a Slurm
-    script needs instead of this wrapper: docs/guides/observe.md.
+    The job's behaviour and exit status are unchanged; signals are passed on. On the CPU the job gets the
+    environment of sharewise's own CPU workers (--cpu-env), without which OpenMP threads spin while they wait and
+    two jobs sharing cores measure the spinning. A port that is taken, or a Python without prometheus_client, is
+    one line on stderr and the job runs unobserved. What a pod spec or a Slurm script needs instead of this
+    wrapper: docs/guides/observe.md.
 
     Example: sharewise observe --port 9478 --name cnn -- python train.py --epochs 3
     """
     from sharewise.observe.launch import run_observed, shell_exports
 
     if print_env:
-        console.print(shell_exports(port, name, host), soft_wrap=True, markup=False)
+        console.print(shell_exports(port, name, host, cpu_env), soft_wrap=True, markup=False)
         return
-    code = run_observed(command or [], port, name, host)
+    code = run_observed(command or [], port, name, host, cpu_env)
     if code < 0:  # ended by a signal: end the same way, so the caller sees what it would have seen
         signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)

@@ -14,10 +14,6 @@ from sharewise.policy import REGISTRY as POLICIES
 from sharewise.policy import describe
 
 
-def _hours(seconds: float) -> str:
-    return f"{seconds / 3600:.2f}"
-
-
 def policies(as_json: bool = typer.Option(False, "--json", help="Print a JSON list.")):
     """List the scheduling policies the simulator compares.
 
@@ -94,7 +90,7 @@ def simulate(
 
     Example: sharewise simulate 6214e9.trace --data gavel-ds --device-name v100 --gpus 160
     """
-    from sharewise.app.simulate import SimulationConfig, run_simulation, verdict
+    from sharewise.app.simulate import SimulationConfig, jct_unit, run_simulation, verdict
 
     config = SimulationConfig(
         trace=str(trace),
@@ -133,12 +129,14 @@ def simulate(
             err_console.print(f"note: {note}")
         print_json(report.to_json())
         return
+    summary = report.to_json()
+    unit, per = jct_unit(summary)  # a trace of seconds reads in seconds, one of days in hours
     table = Table(
         "policy",
-        "avg JCT (h)",
-        "p95 JCT (h)",
-        "makespan (h)",
-        "avg queue (h)",
+        f"avg JCT ({unit})",
+        f"p95 JCT ({unit})",
+        f"makespan ({unit})",
+        f"avg queue ({unit})",
         "GPU util",
         "SLO violations",
         "sim (s)",
@@ -151,16 +149,17 @@ def simulate(
         m = r.metrics
         table.add_row(
             name,
-            _hours(m["avg_jct"]),
-            _hours(m["p95_jct"]),
-            _hours(m["makespan"]),
-            _hours(m["avg_queue"]),
+            f"{m['avg_jct'] / per:.2f}",
+            f"{m['p95_jct'] / per:.2f}",
+            f"{m['makespan'] / per:.2f}",
+            f"{m['avg_queue'] / per:.2f}",
             f"{m['utilization']:.3f}",
             str(m["slo_violations"]),
             f"{r.wall_s:.2f}",
         )
     console.print(table)
-    for line in verdict(report.to_json()):
+    shared = {name: None if r.shared is None else int(r.shared.sum()) for name, r in report.results.items()}
+    for line in verdict(summary, unit=(unit, per), shared=shared):
         console.print(line)
     for note in report.notes:
         console.print(f"[dim]note: {note}[/dim]")

@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from sharewise.cli.common import console, err_console, fmt, one_of, print_json, split_list
-from sharewise.predictor.choices import BUDGET_STRATEGIES, FEATURE_SETS, GROUP_BY, plural
+from sharewise.predictor.choices import BUDGET_STRATEGIES, FEATURE_SETS, GROUP_BY, STRUCTURE_CHOICES, plural
 
 __all__ = ["BUDGET_STRATEGIES", "FEATURE_SETS", "GROUP_BY", "register", "render_predict", "render_train"]
 
@@ -21,6 +21,14 @@ PARTNER_EFFECT = typer.Option(
     True,
     "--partner-effect/--no-partner-effect",
     help="Use each known partner's measured effect on the jobs it was paired with.",
+)
+STRUCTURE = typer.Option(
+    "auto",
+    "--structure",
+    help=one_of(
+        "The model's structure: the probe offset, + the partner's pressure, + trees; auto picks by grouped CV",
+        STRUCTURE_CHOICES,
+    ),
 )
 
 
@@ -37,8 +45,13 @@ def train(
         "--calibrate-by",
         help=one_of("Calibrate p10/p90 on out-of-fold residuals holding out each", (*GROUP_BY, "none")),
     ),
+    structure: str = STRUCTURE,
 ):
     """Train the slowdown model on every measured pair of the datasets, with conformal p10/p90.
+
+    Prints the model card: what it was trained on, the structure grouped cross-validation chose and why, what
+    the model uses, and its error beside the baselines. Your rows and the shipped ones of your GPU pool:
+    sharewise train runs/gpu reference-h200 --out model.json
 
     Example: sharewise train runs/cpu reference --out model.json
     """
@@ -52,18 +65,73 @@ def train(
         features=features,
         partner_effect=partner_effect,
         calibrate_by=None if calibrate_by == "none" else calibrate_by,
+        structure=structure,
     )
     render_train(run(options))
 
 
 def render_train(result) -> None:
-    """Say what a model was trained on and where it was written."""
-    s = result.summary
-    console.print(
-        f"trained on {s['rows']} ordered rows ({s['pairs']} pairs) of {len(s['workloads'])} workloads on "
-        f"{', '.join(s['devices'])}; {result.model.n_features_in_} features"
-    )
+    """Say what a model was trained on, print its card, and where it was written."""
+    card = getattr(result.model, "card_", None)
+    if card:
+        render_card(card)
+    else:
+        s = result.summary
+        console.print(
+            f"trained on {s['rows']} ordered rows ({s['pairs']} pairs) of {len(s['workloads'])} workloads on "
+            f"{', '.join(s['devices'])}; {result.model.n_features_in_} features"
+        )
     console.print(f"wrote {result.out} and {result.sidecar}")
+
+
+def render_card(card: dict) -> None:
+    """Print a model card (``predictor.capacity.model_card``): data, structure and why, what it uses, warnings."""
+    modes = f" ({', '.join(card['modes'])})" if card.get("modes") else ""
+    console.print(
+        f"trained on {card['rows']} ordered rows ({card['pairs']} pairs) of {card['workloads']} workloads on "
+        f"{', '.join(card['devices'])}{modes}",
+        highlight=False,
+    )
+    if len(card.get("sources") or {}) > 1:
+        console.print(
+            "sources: " + ", ".join(f"{name} {rows} rows" for name, rows in card["sources"].items()), highlight=False
+        )
+    selection = card.get("selection", {})
+    scores, baselines = selection.get("scores", {}), selection.get("baselines", {})
+    if scores:
+        console.print(
+            f"structure chosen by grouped cross-validation (each {selection['group_by']} held out, "
+            f"{selection['folds']} folds, {selection['rows_scored']} rows):",
+            highlight=False,
+        )
+        table = Table()
+        table.add_column("candidate")
+        table.add_column("MAPE", justify="right")
+        for name, value in scores.items():
+            label = f"{name} (chosen)" if name == card["structure"] else name
+            table.add_row(label, f"{value:.1f}%")
+        for name, value in baselines.items():
+            table.add_row(f"baseline: {name}", f"{value:.1f}%")
+        console.print(table)
+    console.print(f"structure: {card['structure']}: the model is {card['summary']}", highlight=False, soft_wrap=True)
+    uses = card.get("uses", {})
+    console.print(f"  offset: {uses.get('offset', 'none')}", highlight=False, soft_wrap=True)
+    splits = uses.get("tree_splits", 0)
+    if splits:
+        top = ", ".join(f"{name} {n}" for name, n in list(uses.get("features_with_splits", {}).items())[:5])
+        console.print(f"  trees: {splits} splits; most on {top}", highlight=False, soft_wrap=True)
+    else:
+        console.print("  trees: no split", highlight=False)
+    if card.get("imprecise_rows"):
+        console.print(
+            f"measurements: {card['imprecise_rows']} of {card['rows']} rows missed the "
+            f"{card['precision_target']:.0%} precision target; rows are weighted by precision "
+            f"({card['weight_total']:.1f} rows' worth in all)",
+            highlight=False,
+            soft_wrap=True,
+        )
+    for warning in card.get("warnings", []):
+        err_console.print(f"warning: {warning}", highlight=False, soft_wrap=True)
 
 
 def evaluate(
@@ -97,6 +165,7 @@ def evaluate(
         help="Each held-out workload reveals this many of its measured pairs, chosen by each strategy "
         f"({', '.join(BUDGET_STRATEGIES)}); scored on the rest. 0: the plain evaluation.",
     ),
+    structure: str = STRUCTURE,
 ):
     """Grouped cross-validation: hold out each workload/family/device in turn, next to baselines.
 
@@ -116,17 +185,27 @@ def evaluate(
             tune=tune,
             plot=plot,
             budget=budget,
+            structure=structure,
         )
     )
     summary = result.summary
     if result.figures:
         err_console.print(f"wrote {', '.join(str(p) for p in result.figures)}")
+    for note in result.notes:
+        err_console.print(f"note: {note}", soft_wrap=True, highlight=False)
     if as_json:
         print_json(summary)
         return
     _print_evaluation(summary, group_by, tune)
     if "strategies" in summary:
         _print_strategies(summary)
+    chosen = [fold.get("structure") for fold in summary.get("folds", []) if fold.get("structure")]
+    if chosen:
+        counts = ", ".join(f"{name} {chosen.count(name)}" for name in dict.fromkeys(chosen))
+        console.print(f"structure per fold (chosen on each fold's training rows): {counts}", highlight=False)
+    if summary.get("card"):
+        console.print("the model train writes on all these rows:", highlight=False)
+        render_card(summary["card"])
 
 
 def _print_evaluation(summary: dict, group_by: str, tune: bool) -> None:
@@ -228,7 +307,12 @@ def suggest(
         help="Partners to choose among (default: every workload with measured pairs that is not new).",
     ),
     budget: int = typer.Option(1, "--budget", "-k", help="Pair runs per new workload."),
-    device: str = typer.Option(None, "--device", help="Only this device (default: every common device)."),
+    device: str = typer.Option(
+        None,
+        "--device",
+        help="Only this device (default: every device a new workload is profiled on; a partner profiled only on "
+        "another device of the same kind is predicted with that profile standing in).",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ):
     """Suggest the K pair runs per new workload that would most improve its predictions, each with why.
@@ -252,16 +336,18 @@ def suggest(
         print_json(result.to_json())
         return
     if not result.suggestions:
-        why = "the budget is 0" if result.budget == 0 else "every candidate pair is measured already"
-        console.print(f"nothing to suggest for {', '.join(result.workloads)}: {why}")
+        console.print(f"nothing to suggest for {', '.join(result.workloads)}: {result.empty_reason}", soft_wrap=True)
         return
     table = Table(title=f"pair runs to measure (budget {result.budget} per new workload), in order")
     for col in ("workload", "#", "next to", "device", "speed sum p10-p90", "why"):
         table.add_column(col, justify="right" if col == "#" else "left")
     for s in result.suggestions:
         low, _, high = s.speed_sum
-        table.add_row(s.workload, str(s.rank), s.partner, s.device_name, f"{low:.2f}-{high:.2f}", s.reason)
+        partner = s.partner if s.stand_in is None else f"{s.partner} (profile from {s.stand_in})"
+        table.add_row(s.workload, str(s.rank), partner, s.device_name, f"{low:.2f}-{high:.2f}", s.reason)
     console.print(table)
+    for note in result.notes:
+        console.print(f"note: {note}", soft_wrap=True, highlight=False)
 
 
 def predict(
@@ -272,7 +358,10 @@ def predict(
         ..., "--data", "-d", help="Dataset folder(s) with the profiles, or 'reference'."
     ),
     device: str = typer.Option(
-        None, "--device", help="Device name (default: every device both are profiled on)."
+        None,
+        "--device",
+        help="Device name (default: every device both are profiled on; where none, this machine's, the other's "
+        "profile from a device of the same kind standing in).",
     ),
     top: int = typer.Option(5, "--top", help="Contributions to show per prediction."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
@@ -290,7 +379,7 @@ def predict(
         )
     )
     for note in sorted({r["note"] for r in results if r.get("note")}):
-        err_console.print(f"[yellow]warning:[/yellow] {note}")
+        err_console.print(f"[yellow]warning:[/yellow] {note}", soft_wrap=True)
     if as_json:
         print_json(results if len(results) > 1 else results[0])
         return

@@ -366,11 +366,17 @@ def render_pairs(result) -> None:
     summary = result.summary
     console.print(
         f"campaign done in {summary.seconds:.0f} s: {summary.measured} measured, {summary.skipped} already done, "
-        f"{summary.profiled} profiled; status {summary.by_status or '{}'}"
+        f"{summary.profiled} profiled; status {counts_text(summary.by_status) or 'none'}"
     )
     for a, b, status, error in summary.failures:
         console.print(f"  [red]{status}[/red] {a} | {b}: {error}")
     print_matrix(result.pairs)
+
+
+def counts_text(counts: dict) -> str:
+    """Counts as a reader writes them, not as Python prints a dict: ``{"ok": 35, "failed": 1}`` gives
+    ``"ok 35, failed 1"``."""
+    return ", ".join(f"{key} {value}" for key, value in counts.items())
 
 
 def print_matrix(pairs_df) -> None:
@@ -420,9 +426,11 @@ def show(
     console.print(f"[bold]{result.path}[/bold]")
     if result.meta.get("description"):
         console.print(result.meta["description"])
+    status = f" ({counts_text(overview['status'])})" if overview["status"] else ""
+    devices, modes = ", ".join(overview["devices"]) or "none", ", ".join(overview["modes"]) or "none"
     console.print(
-        f"{overview['profiles']} profiles of {overview['workloads']} workloads; {overview['pairs']} pairs "
-        f"{overview['status']}; devices {overview['devices']}; modes {overview['modes']}"
+        f"{overview['profiles']} profiles of {overview['workloads']} workloads; {overview['pairs']} pairs{status}; "
+        f"devices {devices}; modes {modes}"
     )
     if overview.get("ci_median") is not None:
         console.print(

@@ -68,8 +68,10 @@ def run(
     ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object; progress and notes go to stderr."),
 ):
-    """Run a trace's jobs for real under each policy in turn: start, pause, resume and finish them on the local
-    devices, measure the pairs that share, and write RUNDIR/<policy>/run.json.
+    """Run a trace's jobs for real under each policy in turn and measure the pairs that share.
+
+    Each policy starts, pauses, resumes and finishes the jobs on the local devices (or on Ray with --executor
+    ray) and writes RUNDIR/<policy>/run.json.
 
     A job that exits 0 is done, whatever the trace guessed (the steps it ran are its length); a job that fails
     is counted in the table and named with its reason in the verdict, and averages are over finished jobs.

@@ -36,9 +36,12 @@ Semantics, stated once:
 - **Observation.** When the world reports the measured slowdowns of two jobs that share a GPU, the policies'
   table holds them from then on (both orders, p10 = p50 = p90 = measured), with ``observe``; the GPUs of
   that pair count as just placed (``ClusterState.placed_at``), so a policy that re-checks fresh pairs sees
-  it. The simulator reports a pair when it forms; a physical run after it has watched the pair run.
+  it. The simulator reports a pair when it forms; a physical run after it has watched the pair run long enough
+  for the confidence rule of ``collect`` (``profiler.confidence``), and never a pair that fails it.
 - **Metrics.** JCT = finish - arrival; queueing delay = first start - arrival; realized slowdown = (finish -
-  first start) x the speed of its last GPUs / exclusive run time (time preempted counts against it).
+  first start) x the speed of its last GPUs / exclusive run time (time preempted counts against it; ``sharewise
+  run`` reports it from each job's first step, its process start-up left out). ``RunResult.shared`` says which
+  jobs ever had a partner on a GPU (a verdict credits sharing only where jobs shared).
 """
 
 from __future__ import annotations
@@ -62,8 +65,8 @@ from sharewise.engine.interface import (
 )
 from sharewise.engine.result import RunResult
 from sharewise.engine.table import SlowdownTable
-from sharewise.engine.world import Jobs, Observation, World
-from sharewise.errors import InvalidPlacementError
+from sharewise.engine.world import Jobs, Observation, World, job_name
+from sharewise.errors import InvalidPlacementError, UnknownRateError
 
 #: Job states of the loop.
 WAITING, QUEUED, RUNNING, DONE, FAILED = 0, 1, 2, 3, 4
@@ -73,8 +76,12 @@ class SchedulingLoop:
     """One run of one policy over the jobs of a trace, in a world (see the module docstring).
 
     ``work`` is each job's exclusive run time on a speed-1.0 GPU (seconds; a world may replace an estimate,
-    ``World.lengths``), ``workload`` its id in ``table``, the policy's view. ``line`` names the job in messages
-    (its trace line). ``job_class`` is each job's class of ``cluster.variability`` (required with it).
+    ``World.lengths``), ``workload`` its id in ``table``, the policy's view. ``line`` and ``job_id`` (optional)
+    name the job in messages. ``job_class`` is each job's class of ``cluster.variability`` (required with it).
+
+    A job whose work is not a finite number of seconds >= 0, or whose world reports one, raises
+    ``UnknownRateError`` naming it, as does a world whose next event time is NaN: a run that could never end
+    stops at once instead of spinning.
     """
 
     def __init__(
@@ -95,6 +102,7 @@ class SchedulingLoop:
         observe: bool = True,
         round_s: float | None = None,
         job_class: np.ndarray | None = None,
+        job_id: np.ndarray | None = None,
     ) -> None:
         self.policy = policy
         self.preemptive = bool(getattr(policy, "preemptive", False))
@@ -108,6 +116,7 @@ class SchedulingLoop:
         self.observe = observe
         self.round_s = round_s
         self.line = line
+        self.job_id = job_id
         self.began = time.perf_counter()
         n = self.n = int(arrival.shape[0])
         self.n_gpus = cluster.n_gpus
@@ -117,6 +126,9 @@ class SchedulingLoop:
 
         self.arrival = np.asarray(arrival, dtype=float)
         self.duration = np.asarray(work, dtype=float)
+        bad = ~(np.isfinite(self.duration) & (self.duration >= 0))
+        if bad.any():
+            self._refuse_work(int(np.argmax(bad)), float(self.duration[np.argmax(bad)]))
         self.ngpus = np.asarray(gpus, dtype=np.int64)
         self.wl = np.asarray(workload, dtype=np.int64)
         self.wl_list = self.wl.tolist()
@@ -138,6 +150,7 @@ class SchedulingLoop:
         self.status = np.zeros(n, dtype=np.int8)
         self.job_gpus: list[list[int]] = [[] for _ in range(n)]
         self.restarts = np.zeros(n, dtype=np.int64)
+        self.shared = np.zeros(n, dtype=bool)  # jobs that ever had a partner on one of their GPUs
 
         self.slots = transition.Slots(self.n_gpus)
         self.resident, self.occupancy = self.slots.resident, self.slots.occupancy
@@ -189,7 +202,7 @@ class SchedulingLoop:
             ngpus=readonly(self.ngpus), workload=self.wl_list, status=readonly(self.status), gpus=self.job_gpus,
             resident=readonly(self.resident), occupancy=readonly(self.occupancy), speed=readonly(self.speed),
             class_speed=readonly(self.class_speed), job_class=self.job_class_list, cross=readonly(self.eff_cross),
-            observed=self.observed, remaining=self.remaining, attained=self.attained,
+            observed=self.observed, remaining=self.remaining, attained=self.attained, job_id=job_id, line=line,
         )
         world.bind(self.jobs)
 
@@ -201,11 +214,15 @@ class SchedulingLoop:
             now = world.advance(min(t_arr, self.wake, self._next_round()))
             if now == math.inf:
                 break
+            if now != now:  # NaN: never inf, never reached; the loop would spin on it forever
+                self._refuse_time()
             self.events += 1
             self.busy_seconds += self.slots.busy * (now - self.last)
             self.last = now
             affected: set[int] = set()
             for j, work in world.lengths():
+                if not (math.isfinite(work) and work >= 0):
+                    self._refuse_work(j, work)
                 self.duration[j] = work  # a real length replaced an estimate: policies see it from now on
             for j, status in world.finished(now):
                 self._end(j, status, now, affected)
@@ -357,6 +374,7 @@ class SchedulingLoop:
             partner = self.slots.place(j, g)
             if partner >= 0:
                 affected.add(partner)
+                self.shared[j] = self.shared[partner] = True
             if not kept:
                 self.placed_at[g] = now
         speed = self.speed if self.job_class_list is None else self.class_speed[self.job_class_list[j]]
@@ -405,6 +423,7 @@ class SchedulingLoop:
             "wake": None if self.wake == math.inf else self.wake, "calls": self.calls, "events": self.events,
             "preemptions": self.preemptions, "busy_seconds": self.busy_seconds,
             "learned": [list(x) for x in self.learned], "work": self.duration.tolist(),
+            "shared": self.shared.tolist(),
         }
 
     def restore(self, snap: dict) -> None:
@@ -423,6 +442,7 @@ class SchedulingLoop:
         self.attained[:] = snap["attained"]
         self.restarts[:] = snap["restarts"]
         self.duration[:] = snap.get("work", self.duration)
+        self.shared[:] = snap.get("shared", self.shared)
         self.next_arrival = int(snap["next_arrival"])
         self.queue = np.flatnonzero(self.status == QUEUED).astype(np.int64)
         self.wake = math.inf if snap["wake"] is None else float(snap["wake"])
@@ -451,6 +471,22 @@ class SchedulingLoop:
                 "finish"
             )
 
+    def _refuse_work(self, j: int, work: float) -> None:
+        who = job_name(j, self.job_id, self.line)
+        raise UnknownRateError(
+            f"policy {self.name!r}: {who} has work {work} s; expected a finite number of seconds >= 0 (its "
+            "length, or the step time or start-up it is measured in, is unknown); give the job's length (steps or "
+            "duration_s) or measure its step time"
+        )
+
+    def _refuse_time(self) -> None:
+        running = [job_name(int(j), self.job_id, self.line) for j in np.flatnonzero(self.status == RUNNING)]
+        raise UnknownRateError(
+            f"policy {self.name!r}: the world's next event time is NaN at {self.last:.3f} s (a running job's rate "
+            f"or remaining work is not a number); running: {', '.join(running[:5]) or 'none'}; the run would "
+            "never end"
+        )
+
     def realized_slowdown(self) -> np.ndarray:
         """Each job's realized slowdown: (finish - first start) x the speed of its last GPUs / its exclusive run
         time (NaN for a job that did not finish; time preempted counts against it)."""
@@ -473,6 +509,7 @@ class SchedulingLoop:
             events=self.events,
             preemptions=self.preemptions,
             migrations=self.migrations,
+            shared=self.shared.copy(),
         )
         result.metrics = result.compute_metrics()
         return result

@@ -28,6 +28,7 @@ class RunResult:
     preemptions: int = 0
     migrations: int = 0
     metrics: dict = field(default_factory=dict)
+    shared: np.ndarray | None = None  # per job, whether it ever had a partner on one of its GPUs (None: unknown)
 
     @property
     def jct(self) -> np.ndarray:

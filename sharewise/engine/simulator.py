@@ -26,7 +26,7 @@ from sharewise.engine.loop import DONE, SchedulingLoop
 from sharewise.engine.result import RunResult
 from sharewise.engine.table import SlowdownTable
 from sharewise.engine.world import Jobs, Observation
-from sharewise.errors import ConfigError
+from sharewise.errors import ConfigError, UnknownRateError
 
 if TYPE_CHECKING:
     from sharewise.datasets.traces import Trace
@@ -106,6 +106,7 @@ def simulate(
         observe=observe,
         round_s=round_s,
         job_class=None if cluster.variability is None else cluster.variability.class_ids(trace.workload),
+        job_id=trace.job_id,
     )
     return loop.run()
 
@@ -204,9 +205,30 @@ class SimWorld:
         jobs.attained[j] += jobs.ngpus[j] * dt
         self.anchor_t[j] = now
         r = self._job_rate(j)
+        if not 0.0 < r < math.inf or jobs.remaining[j] != jobs.remaining[j]:
+            self._refuse(j, r)
         self.rate[j] = r
         self.version[j] += 1
         heapq.heappush(self.heap, (now + max(jobs.remaining[j], 0.0) / r, j, self.version[j]))
+
+    def _refuse(self, j: int, rate: float) -> None:
+        """A job whose rate is not a finite positive number (or whose remaining work is NaN) would never end,
+        and its NaN completion time would keep the loop from ever reaching one: say which, and from what."""
+        jobs = self.jobs
+        partners = [int(o) for g in jobs.gpus[j] for o in jobs.resident[g] if o >= 0 and o != j]
+        speed = jobs.speed_of(j)[jobs.gpus[j]].min() if jobs.gpus[j] else math.nan
+        parts = [f"GPU speed {speed:g}"]
+        if partners:
+            w = jobs.workload[j]
+            parts.append("slowdown next to its partner " + ", ".join(
+                f"{self.truth_p50[w, jobs.workload[o]]:g}" for o in partners))
+        if self.job_speed is not None:
+            parts.append(f"its measured speed factor {self.job_speed[j]:g}")
+        raise UnknownRateError(
+            f"{jobs.name(j)} has no finite positive rate of progress in the simulation (rate {rate:g}, remaining "
+            f"work {jobs.remaining[j]:g} s, from {'; '.join(parts)}); expected every running job to progress. "
+            "Give its workload a measured solo step time (a calibration or a solo profile) and a length"
+        )
 
     def _job_rate(self, j: int) -> float:
         """Progress per second of job ``j``: its slowest GPU's speed (for its class) over its slowdown there."""

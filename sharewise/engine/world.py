@@ -32,7 +32,8 @@ class Jobs:
 
     Example (two jobs, one GPU, job 0 running alone): ``Jobs(ngpus=[1, 1], workload=[0, 3], status=[2, 1],
     gpus=[[0], []], resident=[[0, -1]], occupancy=[1], speed=[1.0], class_speed=[[1.0]], job_class=None,
-    cross=[1.0, 1.0], observed=set(), remaining=[40.0, 10.0], attained=[5.0, 0.0])``.
+    cross=[1.0, 1.0], observed=set(), remaining=[40.0, 10.0], attained=[5.0, 0.0], job_id=["a", "b"],
+    line=[2, 3])``.
     """
 
     ngpus: np.ndarray  # GPUs each job asks for
@@ -48,10 +49,23 @@ class Jobs:
     observed: set[tuple[int, int]]  # workload pairs the policies' table holds measured, both orders
     remaining: np.ndarray  # reported by the world
     attained: np.ndarray  # reported by the world
+    job_id: np.ndarray | None = None  # each job's id in the trace, for messages (None: its index)
+    line: np.ndarray | None = None  # each job's trace line, for messages
+
+    def name(self, j: int) -> str:
+        """Job ``j`` as a message names it: ``job 'j01' (trace line 3)``."""
+        return job_name(j, self.job_id, self.line)
 
     def speed_of(self, j: int) -> np.ndarray:
         """The GPU speeds job ``j`` runs at: its class's, or every job's without variability."""
         return self.speed if self.job_class is None else self.class_speed[self.job_class[j]]
+
+
+def job_name(j: int, job_id=None, line=None) -> str:
+    """Job ``j`` as a message names it: its id and trace line where known (``job 'j01' (trace line 3)``), else
+    its index (``job 4``)."""
+    who = f"job {str(job_id[j])!r}" if job_id is not None else f"job {j}"
+    return who + (f" (trace line {int(line[j])})" if line is not None else "")
 
 
 class World(Protocol):

@@ -6,10 +6,11 @@
 3. Every window two jobs ran together is one repeat of a ``pairs`` run: its solo windows are the job's own
    windows alone on that device (taken in turn), else, where a job has fewer than ``repeats`` of those, its
    solo profile on that device model (``--data``). The repeats of one pair on one device model are pooled
-   (a dataset keeps one row per pair, device and mode) and go through the rules of ``pairs``
-   (``profiler.pair``): at least ``repeats`` repeats, else no row (too short), and the 95% confidence
-   half-width of each slowdown within ``ci_target``, else no row (too noisy); the row's numbers (mean
-   throughputs, slowdowns, CV, half-widths, trials, window length, steps) are ``pairs``' own ``aggregate``.
+   (a dataset keeps one row per pair, device and mode) and go through the confidence rule of ``pairs``
+   (``profiler.confidence``, which ``sharewise run`` applies to the pairs its runs observe too): at least
+   ``repeats`` repeats, else no row (too short), and the 95% confidence half-width of each slowdown within
+   ``ci_target``, else no row (too noisy); the row's numbers (mean throughputs, slowdowns, CV, half-widths,
+   trials, window length, steps) are ``pairs``' own ``aggregate``.
 4. Write the rows to the dataset folder ``out`` in one atomic file (rows already there are kept; the newest
    row of a pair is the one read, as for any measurement).
 
@@ -32,8 +33,9 @@ from sharewise.datasets.store import Dataset
 from sharewise.errors import ConfigError
 from sharewise.observe.intervals import Stretch, device_of, rate_window, stretches
 from sharewise.observe.series import JobSeries, Observed, read_prometheus, read_scrapes
-from sharewise.profiler.config import MIN_WINDOW_STEPS, WARMUP_STEPS, RunConfig, default_mode
-from sharewise.profiler.pair import PairTask, aggregate, ci_halfwidth, empty_row, precise_enough
+from sharewise.profiler import confidence
+from sharewise.profiler.config import WARMUP_STEPS, RunConfig, default_mode
+from sharewise.profiler.pair import PairTask, aggregate, empty_row
 from sharewise.profiler.session import RepeatResult, Window
 
 #: The ``source`` of the rows written.
@@ -55,10 +57,10 @@ class CollectOptions:
     data: tuple[str, ...] = ()
     out: Path | None = None
     mode: str | None = None
-    repeats: int = 3
-    ci_target: float = 0.05
-    min_steps: int = MIN_WINDOW_STEPS
-    window_s: float = 0.5
+    repeats: int = confidence.REPEATS
+    ci_target: float = confidence.CI_TARGET
+    min_steps: int = confidence.WINDOW_STEPS
+    window_s: float = confidence.WINDOW_S
     warmup_steps: int = WARMUP_STEPS
     edge: int = 1
     timeout_s: float = 30.0
@@ -222,14 +224,10 @@ def _config(options: CollectOptions, mode: str, n: int) -> RunConfig:
 
 
 def _judge(repeats: list[RepeatResult], config: RunConfig) -> str:
-    """Empty where the repeats make a row under the rule of ``pairs``, else why not (``too short: ...``)."""
-    if len(repeats) < config.repeats:
-        return f"too short: {len(repeats)} window(s) together, {config.repeats} needed"
-    if precise_enough(repeats, config):
-        return ""
-    widths = [ci_halfwidth([r.solo[i].throughput / r.coloc[i].throughput for r in repeats]) for i in (0, 1)]
-    return (f"too noisy: half-widths {widths[0] * 100:.1f}% and {widths[1] * 100:.1f}% over {len(repeats)} "
-            f"windows, target {config.ci_target * 100:g}%")
+    """Empty where the repeats make a row under the confidence rule (``profiler.confidence``, which ``run``
+    applies to its pairings too), else why not (``too short: ...``)."""
+    slow = [[r.solo[i].throughput / r.coloc[i].throughput for r in repeats] for i in (0, 1)]
+    return confidence.judge(slow[0], slow[1], config.repeats, config.ci_target)
 
 
 def _profiles(paths: tuple[str, ...]) -> dict[tuple[str, str, str], float]:

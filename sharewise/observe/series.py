@@ -120,11 +120,35 @@ def parse_time(text: str | float, now: float | None = None) -> float:
     return stamp.timestamp()
 
 
+def iso_time(t: float) -> str:
+    """A unix time as people read it, in UTC: ``iso_time(1796424000.0)`` is ``'2026-12-04T22:40:00Z'``."""
+    stamp = _dt.datetime.fromtimestamp(t, _dt.timezone.utc)
+    return stamp.isoformat(timespec="milliseconds" if t % 1 else "seconds").replace("+00:00", "Z")
+
+
+def duration(seconds: float) -> str:
+    """``duration(5400)`` is ``'1 h 30 min'``, ``duration(42.5)`` is ``'42.5 s'``."""
+    seconds = abs(seconds)
+    if seconds < 60:
+        return f"{seconds:.3g} s"
+    minutes = round(seconds / 60)
+    if minutes < 60:
+        return f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours} h" + (f" {minutes} min" if minutes else "")
+    return f"{hours / 24:.1f} days"
+
+
 def _grid(start: float, end: float, step: float) -> np.ndarray:
     if not step > 0:
         raise ConfigError(f"--step must be positive seconds, got {step}")
     if not end > start:
-        raise ConfigError(f"the time range is empty: --start {start} is not before --end {end}")
+        when = "the same time" if end == start else f"{duration(start - end)} after it"
+        raise ConfigError(
+            f"the time range is empty: --start {iso_time(start)} is not before --end {iso_time(end)} ({when}); "
+            "give a start before the end, e.g. --start -1h --end now"
+        )
     return start + step * np.arange(int(math.floor((end - start) / step + 1e-9)) + 1)
 
 
@@ -180,19 +204,26 @@ def query_range(url: str, query: str, start: float, end: float, step: float, tim
     address = f"{url.rstrip('/')}/api/v1/query_range?{params}"
     try:
         with urllib.request.urlopen(address, timeout=timeout_s) as response:
-            body = json.loads(response.read().decode())
+            status, kind, text = response.status, response.headers.get_content_type(), response.read()
     except urllib.error.HTTPError as exc:
-        detail = exc.read().decode(errors="replace")[:300]
-        raise ConfigError(f"Prometheus at {url} answered {exc.code} to {query!r}: {detail}") from None
+        status, kind, text = exc.code, exc.headers.get_content_type(), exc.read()
     except (urllib.error.URLError, OSError, TimeoutError) as exc:
         reason = getattr(exc, "reason", exc)
         raise ConfigError(
             f"cannot reach Prometheus at {url} ({reason}); expected its base URL, e.g. http://127.0.0.1:9090"
         ) from None
+    try:
+        body = json.loads(text.decode(errors="replace"))
     except json.JSONDecodeError:
-        raise ConfigError(f"{url} did not answer with JSON; is it a Prometheus server's base URL?") from None
-    if body.get("status") != "success":
-        raise ConfigError(f"Prometheus at {url} refused {query!r}: {body.get('errorType')}: {body.get('error')}")
+        body = None
+    if not (isinstance(body, dict) and body.get("status") in ("success", "error")):  # some other server's page
+        raise ConfigError(
+            f"{url} is not a Prometheus server: {address.split('?')[0]} answered HTTP {status} with {kind}, not "
+            "Prometheus's JSON; give the server's base URL, e.g. http://127.0.0.1:9090 (not a job's /metrics port)"
+        )
+    if body["status"] != "success":
+        error = " ".join(str(body.get("error", "")).split())
+        raise ConfigError(f"Prometheus at {url} refused {query!r} (HTTP {status}): {body.get('errorType')}: {error}")
     return list(body.get("data", {}).get("result", []))
 
 

@@ -9,12 +9,13 @@ from sharewise.datasets.schema import PREDICTION_COLUMNS
 from sharewise.errors import ConfigError, DatasetError
 from sharewise.predictor.choices import GROUP_BY
 from sharewise.predictor.conformal import calibrate_rows
-from sharewise.predictor.featurizer import PairFeaturizer
+from sharewise.predictor.featurizer import PairFeaturizer, row_weights
 from sharewise.predictor.folds import row_groups
 from sharewise.predictor.model import OFFSET_TERM, SlowdownRegressor, three_quantiles
 from sharewise.predictor.pair_features import SHARE_RATES, PairRows, base_columns, base_columns_of_model
 from sharewise.predictor.profile_join import ordered_rows, pair_indices
 from sharewise.predictor.shift import shift_log_quantiles
+from sharewise.predictor.structure import STRUCTURE_CHOICES
 
 
 def training_summary(rows: PairRows, profiles: pd.DataFrame) -> dict:
@@ -40,6 +41,9 @@ def train_model(
     pairs: pd.DataFrame,
     features: str = "physical",
     partner_effect: bool = True,
+    structure: str = "auto",
+    group_by: str = "family",
+    sources: dict | None = None,
     **params,
 ) -> SlowdownRegressor:
     """Fit a ``SlowdownRegressor`` on every measured (status ``ok``) pair, both directions.
@@ -52,20 +56,40 @@ def train_model(
         Feature set (``PairFeaturizer``).
     partner_effect : bool
         Add each partner's measured effect on the selves it was paired with (``PARTNER_EFFECT``).
+    structure : {"auto", "offset", "structured", "trees"}
+        The model's structure (``predictor.structure``); ``auto`` chooses it by grouped cross-validation over
+        ``group_by`` (``capacity.select_structure``).
+    group_by : {"workload", "family", "device"}
+        The held-out unit of that cross-validation.
+    sources : dict, optional
+        Rows per data source (e.g. ``{"runs/gpu": 12, "reference-h200": 36}``) for the model card.
     **params
         ``SlowdownRegressor`` parameters, e.g. ``n_estimators=300``.
 
     Returns
     -------
     SlowdownRegressor
-        Fitted; ``training_summary_`` says on what, and ``featurizer_`` holds the fitted feature state
-        (device references, partner effects) that prediction reuses.
+        Fitted on rows weighted by their measurement's precision; ``training_summary_`` says on what,
+        ``featurizer_`` holds the fitted feature state that prediction reuses, and ``card_`` is the model
+        card (``capacity.model_card``: the structure and why, what the model uses, its grouped error).
     """
+    from sharewise.predictor.capacity import model_card, select_structure
+
+    if structure not in STRUCTURE_CHOICES:
+        raise ConfigError(f"structure must be one of {', '.join(STRUCTURE_CHOICES)}, got {structure!r}")
     rows = ordered_rows(profiles, pairs, features=features)
+    selection = select_structure(rows, group_by, features, partner_effect, **params)
+    if structure != "auto":
+        selection = {**selection, "chosen": structure, "reason": f"{structure}: as asked ({selection['reason']})"}
     featurizer = PairFeaturizer(features=features, partner_effect=partner_effect)
     X = featurizer.fit_transform(rows)
     summary = training_summary(rows, profiles)
-    return SlowdownRegressor(**params).fit(X, rows.y, summary=summary, featurizer=featurizer)
+    params = {k: v for k, v in params.items() if k != "structure"}
+    model = SlowdownRegressor(**params, structure=selection["chosen"]).fit(
+        X, rows.y, summary=summary, featurizer=featurizer, sample_weight=row_weights(rows.meta)
+    )
+    model.card_ = model_card(model, rows, selection, sources)
+    return model
 
 
 def model_rows(
@@ -187,9 +211,15 @@ def out_of_fold_predictions(
     partner_effect: bool | None = None,
     holdout: str = "pair",
     calibrate: bool = False,
+    structure: str = "auto",
     **params,
 ) -> pd.DataFrame:
     """Predict every candidate pair with models that never saw the held-out group(s).
+
+    ``structure="auto"`` chooses the structure once, by ``capacity.select_structure`` on every measured row
+    (the model ``train`` would write), and every held-out model uses it: one choice among three, not a
+    nested selection per model, which would cost ten fits per model for the simulator's predictions. Rows
+    are weighted by their measurement's precision.
 
     ``holdout="pair"``: one model is trained per unordered pair of groups ``{g, h}`` that the candidates
     involve (``g == h`` for pairs within one group), on the measured pairs in which neither self nor partner
@@ -251,6 +281,14 @@ def out_of_fold_predictions(
         raise ConfigError(f"holdout must be 'pair' or 'self', got {holdout!r}")
     if partner_effect is None:
         partner_effect = holdout == "self"
+    if structure not in STRUCTURE_CHOICES:
+        raise ConfigError(f"structure must be one of {', '.join(STRUCTURE_CHOICES)}, got {structure!r}")
+    if structure == "auto":
+        from sharewise.predictor.capacity import select_structure
+
+        structure = select_structure(train, group_by, features, partner_effect, **params)["chosen"]
+    params = {**params, "structure": structure}
+    weights = row_weights(train.meta)
     # Each key maps to the candidate rows one model predicts: rows i (direction a) and i + n (direction b).
     by_key: dict[tuple[str, ...], list[int]] = {}
     if holdout == "pair":
@@ -274,7 +312,9 @@ def out_of_fold_predictions(
         featurizer = PairFeaturizer(features=features, partner_effect=partner_effect)
         fit_rows = train.take(np.flatnonzero(use))
         X_fit = featurizer.fit_transform(fit_rows)
-        model = SlowdownRegressor(**params).fit(X_fit, fit_rows.y, featurizer=featurizer)
+        model = SlowdownRegressor(**params).fit(
+            X_fit, fit_rows.y, featurizer=featurizer, sample_weight=weights[np.flatnonzero(use)]
+        )
         if calibrate:
             model.calibration_ = calibrate_rows(
                 train, group_by, features, partner_effect, exclude=held, cache=cache, levels=(0,), **params
@@ -406,7 +446,8 @@ def _explain_batch(model, profiles, pairs, device_name, top) -> list[dict]:
                 "bias": bias,
                 "contributions": [
                     {"feature": str(name), "value": float(values[_feature_of(name)]), "contribution": float(c)}
-                    for name, c in contrib.head(max(int(top), 0)).items()
+                    # A term that moved nothing (a feature no tree splits on) explains nothing.
+                    for name, c in contrib[contrib.abs() > 1e-9].head(max(int(top), 0)).items()
                 ],
             }
         one["speed_sum"] = 1.0 / one["a"]["p50"] + 1.0 / one["b"]["p50"]

@@ -29,10 +29,12 @@ import numpy as np
 import pandas as pd
 
 from sharewise.errors import ConfigError
+from sharewise.predictor.capacity import select_structure
 from sharewise.predictor.choices import BUDGET_STRATEGIES
 from sharewise.predictor.completion import complete_slowdowns
 from sharewise.predictor.conformal import calibrate_rows
-from sharewise.predictor.folds import Fold, fold_features, grouped_folds, reveal_candidates, revealed_pairs
+from sharewise.predictor.featurizer import row_weights
+from sharewise.predictor.folds import Fold, fold_features, grouped_folds, reveal_candidates, revealed_pairs, subset
 from sharewise.predictor.metrics import slowdown_metrics
 from sharewise.predictor.model import SlowdownRegressor, three_quantiles
 from sharewise.predictor.pair_features import PairRows
@@ -119,9 +121,14 @@ def evaluate_budget(
     partner_effect: bool = True,
     calibrate: bool = True,
     seed: int = 0,
+    structure: str = "auto",
     **params,
 ) -> dict:
     """Replay the budgeted protocol (module docstring) for every budget and strategy on the same folds.
+
+    ``structure="auto"`` chooses each fold's structure on that fold's training rows alone
+    (``capacity.select_structure``, as ``evaluation.cross_validate`` does); every fit weighs rows by their
+    measurement's precision.
 
     Returns
     -------
@@ -148,10 +155,18 @@ def evaluate_budget(
     reverse = reverse_rows(data.meta)
     group = np.empty(n, dtype=object)
     cache: dict = {}
+    weights = row_weights(data.meta)
+    all_params = params
     for i, fold in enumerate(grouped_folds(data.meta, group_by)):
         group[fold.test] = fold.group
+        chosen = structure
+        if structure == "auto":
+            chosen = select_structure(subset(data, fold.train), group_by, **pipeline, **all_params)["chosen"]
+        params = {**all_params, "structure": chosen}
         featurizer, X_fit, X_all = fold_features(data, fold.train, **pipeline)
-        first = SlowdownRegressor(**params).fit(X_fit, data.y[fold.train], featurizer=featurizer)
+        first = SlowdownRegressor(**params).fit(
+            X_fit, data.y[fold.train], featurizer=featurizer, sample_weight=weights[fold.train]
+        )
         calibration = None
         if calibrate:  # on the fold's training rows only (its held-out group excluded)
             calibration = calibrate_rows(data, group_by, **pipeline, exclude=fold.group, cache=cache, **params)
@@ -209,7 +224,9 @@ def _predict(data, fold, both, scored, estimator, ctx, log_q, calibration, pipel
         return np.exp(log_q[scored])
     train = np.union1d(fold.train, both)
     featurizer, X_fit, X_all = fold_features(data, train, **pipeline)
-    model = SlowdownRegressor(**params).fit(X_fit, data.y[train], featurizer=featurizer)
+    model = SlowdownRegressor(**params).fit(
+        X_fit, data.y[train], featurizer=featurizer, sample_weight=row_weights(meta.iloc[train])
+    )
     model.calibration_ = calibration
     at = np.concatenate([both, scored])
     lq = np.log(three_quantiles(model.predict_quantiles(X_all.iloc[at], devices=meta["device_name"].to_numpy()[at])))

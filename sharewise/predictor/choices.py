@@ -14,6 +14,11 @@ FEATURE_SETS = ("physical", "all")
 #: How a new workload picks the pairs it measures under a budget (``budget.STRATEGIES``), in report order.
 BUDGET_STRATEGIES = ("active", "random", "reference", "matrix-completion")
 
+#: Model structures, simplest first (``structure``: the probe offset, the sensitivity x pressure model, that
+#: plus trees), and what ``train``/``evaluate --structure`` accept: one of them or ``auto`` (grouped CV).
+STRUCTURES = ("offset", "structured", "linear", "trees")
+STRUCTURE_CHOICES = ("auto", *STRUCTURES)
+
 #: Budgets of the K-curve (``benchmarks/bench_budget.py``): pair runs per new workload.
 K_CURVE = (0, 1, 2, 4, 8)
 

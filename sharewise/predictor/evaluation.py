@@ -26,11 +26,14 @@ from sharewise.errors import ConfigError
 from sharewise.predictor.baselines import BASELINES, unusable_reason
 from sharewise.predictor.choices import GROUP_BY
 from sharewise.predictor.conformal import calibrate_rows
+from sharewise.predictor.featurizer import row_weights
 from sharewise.predictor.folds import fold_features, grouped_folds, subset
 from sharewise.predictor.metrics import slowdown_metrics
 from sharewise.predictor.model import SlowdownRegressor, three_quantiles
 from sharewise.predictor.pair_features import PairRows
 from sharewise.predictor.profile_join import ordered_rows
+from sharewise.predictor.stand_in import device_kinds
+from sharewise.predictor.structure import OFFSET_COLUMNS, STRUCTURE_CHOICES
 
 RANDOM_SPLIT_FOLDS = 5
 
@@ -77,6 +80,7 @@ def cross_validate(
     partner_effect: bool = True,
     tune: bool = False,
     calibrate: bool = True,
+    structure: str = "auto",
     **params,
 ) -> CVResult:
     """Run grouped cross-validation of ``SlowdownRegressor(**params)`` and the baselines on ordered rows.
@@ -89,8 +93,15 @@ def cross_validate(
     training rows (``params`` fix the rest). With ``calibrate`` (default) each fold's p10/p90 are conformally
     calibrated on its training rows alone (``conformal.calibrate_rows``, grouped by ``group_by``). With
     ``random_split`` the model is also scored on a random 5-fold split over pairs (both directions of a pair
-    in the same fold), which is optimistic: the test workloads were seen.
+    in the same fold), which is optimistic: the test workloads were seen. ``structure="auto"`` (default) chooses
+    each fold's structure by ``capacity.select_structure`` on that fold's training rows alone (nested: the
+    held-out group informs no choice made for it); a structure name fixes it. Rows are weighted by their
+    measurement's precision in every fit (``featurizer.row_weights``); scores are unweighted.
     """
+    from sharewise.predictor.capacity import select_structure
+
+    if structure not in STRUCTURE_CHOICES:
+        raise ConfigError(f"structure must be one of {', '.join(STRUCTURE_CHOICES)}, got {structure!r}")
     baselines = BASELINES if baselines is None else baselines
     if data.y is None:
         raise ConfigError("cross-validation needs measured slowdowns")
@@ -105,12 +116,20 @@ def cross_validate(
     group = np.empty(n, dtype=object)
     fold_info = []
     pipeline = {"features": features, "partner_effect": partner_effect}
+    weights = row_weights(data.meta)
     for fold in folds:
         chosen = select_params(subset(data, fold.train), group_by, **params) if tune else {}
         fold_params = {**pipeline, **params, **{k: v for k, v in chosen.items() if k != "inner_mape"}}
         fold_pipeline = {k: fold_params.pop(k) for k in PIPELINE_KEYS}
+        if structure == "auto":
+            selection = select_structure(subset(data, fold.train), group_by, **fold_pipeline, **fold_params)
+            fold_params["structure"] = selection["chosen"]
+        else:
+            fold_params["structure"] = structure
         featurizer, X_fit, X_all = fold_features(data, fold.train, **fold_pipeline)
-        model = SlowdownRegressor(**fold_params).fit(X_fit, data.y[fold.train], featurizer=featurizer)
+        model = SlowdownRegressor(**fold_params).fit(
+            X_fit, data.y[fold.train], featurizer=featurizer, sample_weight=weights[fold.train]
+        )
         raw[fold.test] = three_quantiles(model.predict_quantiles(X_all.iloc[fold.test]))[:, [0, 2]]
         if calibrate:  # on the fold's training rows only; level 0 alone, nothing is revealed here
             model.calibration_ = calibrate_rows(
@@ -119,6 +138,8 @@ def cross_validate(
         devices = data.meta["device_name"].to_numpy()[fold.test]
         preds[fold.test] = three_quantiles(model.predict_quantiles(X_all.iloc[fold.test], devices=devices))
         _, Xtr, plain = fold_features(data, fold.train, features=features, partner_effect=False)
+        # The baselines see the pair features, not the structure's fitted offsets.
+        Xtr, plain = Xtr.drop(columns=list(OFFSET_COLUMNS)), plain.drop(columns=list(OFFSET_COLUMNS))
         ytr, mtr = data.y[fold.train], data.meta.iloc[fold.train]
         Xte, mte = plain.iloc[fold.test], data.meta.iloc[fold.test]
         for name, factory in baselines.items():
@@ -129,7 +150,12 @@ def cross_validate(
                 continue
             base_preds[name][fold.test] = baseline.fit(Xtr, ytr, mtr).predict(Xte, mte)
         group[fold.test] = fold.group
-        info = {"group": fold.group, "n_train": int(fold.train.size), "n_test": int(fold.test.size)}
+        info = {
+            "group": fold.group,
+            "n_train": int(fold.train.size),
+            "n_test": int(fold.test.size),
+            "structure": fold_params["structure"],
+        }
         if tune:
             info["chosen"] = chosen
         fold_info.append(info)
@@ -307,6 +333,40 @@ def cross_validate_dataset(
     features = "all" if params.get("tune") else params.get("features", "physical")
     rows = ordered_rows(profiles, pairs, features=features)
     return cross_validate(rows, group_by=group_by, random_split=random_split, **params)
+
+
+def unscored_device_note(profiles: pd.DataFrame, pairs: pd.DataFrame, out: str = "DIR") -> str | None:
+    """One line where some workloads are profiled on a device with no measured pair (a user's machine next to
+    the shipped data): the evaluation scores only the devices with pairs, so the model's error on that device
+    is not measured; the line names the command that measures a pair there (into ``out``). None otherwise.
+
+    Example: ``"transformer is profiled on 'Intel(R) Xeon(R) Processor (2 cores)', where no pair is measured:
+    the scores are for 'AMD EPYC (2 cores)' only and the model's error there is not measured; measure pairs
+    there (sharewise pairs -w transformer,a3c --out runs/new) and evaluate again, with --group-by device for
+    the error on a device the model never saw"``.
+    """
+    measured = pairs[pairs["status"] == "ok"] if "status" in pairs.columns else pairs
+    scored = set(measured["device_name"].astype(str)) if "device_name" in measured.columns else set()
+    if not scored or "device_name" not in profiles.columns:
+        return None
+    devices = profiles["device_name"].astype(str)
+    unscored = sorted(set(devices) - scored)
+    if not unscored:
+        return None
+    device = unscored[0]
+    mine = sorted(set(profiles.loc[devices == device, "workload"].astype(str)))
+    known = sorted(set(measured["workload_a"].astype(str)) | set(measured["workload_b"].astype(str)))
+    partner = next((w for w in known if w not in mine), known[0])
+    names = ", ".join(mine[:8]) + (f" and {len(mine) - 8} more" if len(mine) > 8 else "")
+    command = f"sharewise pairs -w {mine[0]},{partner} --out {out}"
+    if device_kinds(profiles).get(device) == "cuda":
+        command = command.replace(" --out", " --device cuda --out")
+    return (
+        f"{names} {'is' if len(mine) == 1 else 'are'} profiled on {device!r}, where no pair is measured: the scores "
+        f"are for {' and '.join(repr(d) for d in sorted(scored))} only and the model's error on {device!r} is not "
+        f"measured; measure pairs there ({command}) and evaluate again, with --group-by device for the error on a "
+        "device the model never saw"
+    )
 
 
 def evaluate(

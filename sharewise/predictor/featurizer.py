@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from sharewise.errors import ModelSchemaError, NotFittedError
+from sharewise.errors import ConfigError, ModelSchemaError, NotFittedError
 from sharewise.predictor.feature_state import (
     PARTNER_EFFECT,
     lookup_partner_effect,
@@ -27,9 +27,15 @@ from sharewise.predictor.pair_features import (
 )
 from sharewise.predictor.params import Params
 from sharewise.predictor.profile_join import ordered_rows, profile_matrix
+from sharewise.predictor.structure import (
+    OFFSET_COLUMNS,
+    apply_structure,
+    fit_structure,
+    precision_weights,
+)
 
 #: Keys of ``PairFeaturizer.to_dict``: its parameters, then its fitted state.
-STATE_KEYS = ("features", "partner_effect", "base_columns", "device_reference", "partner_effects")
+STATE_KEYS = ("features", "partner_effect", "base_columns", "device_reference", "partner_effects", "structure")
 
 #: Features that may only raise the predicted slowdown: the partner's load on the device.
 MONOTONE_INCREASING = (
@@ -51,13 +57,15 @@ def monotone_signs(names: Sequence[str]) -> list[int]:
 class PairFeaturizer(Params):
     """Turn ordered pair rows into a model's features, with the feature state fitted on training rows.
 
-    Two features carry state learned from training rows: the device shares (a job's rate over the highest
-    rate on its device in training, ``device_reference_``) and the partner's measured effect on the selves
-    it was paired with (``partner_effects_``). ``fit`` learns both from training rows; ``transform`` applies
-    them to rows to predict. ``fit_transform`` returns the training rows' own features, where, as in
-    scikit-learn's ``TargetEncoder``, the partner effect is cross-fitted: a training row's value leaves out
-    the rows whose self is of its own self family, so it never sees its own label. ``fit_transform(rows)``
-    therefore differs from ``fit(rows).transform(rows)`` on purpose.
+    Three kinds of feature carry state learned from training rows: the device shares (a job's rate over the
+    highest rate on its device in training, ``device_reference_``), the partner's measured effect on the
+    selves it was paired with (``partner_effects_``), and the two offsets of the model's structure
+    (``structure_``: the probe offset and the sensitivity x pressure model, ``predictor.structure``, fitted by
+    weighted least squares with each row weighted by its measurement's precision). ``fit`` learns them from
+    training rows; ``transform`` applies them to rows to predict. ``fit_transform`` returns the training rows'
+    own features, where, as in scikit-learn's ``TargetEncoder``, the partner effect is cross-fitted: a
+    training row's value leaves out the rows whose self is of its own self family, so it never sees its own
+    label. ``fit_transform(rows)`` therefore differs from ``fit(rows).transform(rows)`` on purpose.
 
     Parameters
     ----------
@@ -75,6 +83,9 @@ class PairFeaturizer(Params):
         "bytes_rate": {...}, "launch_rate": {...}}``; a device it lacks takes the best of the rows at hand.
     partner_effects_ : dict or None
         ``{device: {workload: effect}}``, e.g. ``{"v100": {"A3C": 0.31}}``; None without ``partner_effect``.
+    structure_ : dict or None
+        ``structure.fit_structure``'s state (levels per device and mode, partner coefficients); None for a
+        featurizer rebuilt from feature names alone (its offsets are then unknown: NaN).
 
     Examples
     --------
@@ -96,21 +107,23 @@ class PairFeaturizer(Params):
         ConfigError
             An unknown feature set, or ``partner_effect`` on rows without measured slowdowns.
         """
-        base = select_base(base_columns_of_model(rows.X.columns), self.features)
-        reference = rows_reference(rows)
-        effects = partner_effect_table(rows) if self.partner_effect else None
-        self.base_columns_ = base
-        self.device_reference_ = reference
-        self.partner_effects_ = effects
+        self.fit_transform(rows)
         return self
 
     def fit_transform(self, rows: PairRows) -> pd.DataFrame:
         """Fit on training rows ``rows`` and return their features (partner effect cross-fitted, see above)."""
-        self.fit(rows)
+        if rows.y is None:
+            raise ConfigError("the featurizer is fitted on training rows: they need measured slowdowns")
+        base = select_base(base_columns_of_model(rows.X.columns), self.features)
+        self.base_columns_ = base
+        self.device_reference_ = rows_reference(rows)
+        self.partner_effects_ = partner_effect_table(rows) if self.partner_effect else None
+        self.structure_ = None
         X = self._shared(rows)
         if self.partner_effects_ is not None:
             X = X.assign(**{PARTNER_EFFECT: training_partner_effect(rows).astype(np.float32)})
-        return X
+        self.structure_ = fit_structure(X, rows.y, rows.meta, row_weights(rows.meta))
+        return self._with_offsets(X, rows.meta)
 
     # ---- transforming --------------------------------------------------------------------------------
     def transform(self, rows: PairRows) -> pd.DataFrame:
@@ -123,7 +136,7 @@ class PairFeaturizer(Params):
             41.5               ...  1.37                      0.0                 0.31
         """
         self._check_fitted()
-        return self._with_effect(self._shared(rows), rows.meta)
+        return self._with_offsets(self._with_effect(self._shared(rows), rows.meta), rows.meta)
 
     def featurize_pairs(self, profiles: pd.DataFrame, pairs: pd.DataFrame, with_target: bool = False) -> PairRows:
         """Join ``pairs`` to ``profiles`` (``ordered_rows``) and return the rows with this featurizer's features.
@@ -134,7 +147,8 @@ class PairFeaturizer(Params):
         rows = ordered_rows(
             profiles, pairs, base=self.base_columns_, with_target=with_target, reference=self.device_reference_
         )
-        return PairRows(X=self._with_effect(rows.X, rows.meta), y=rows.y, meta=rows.meta)
+        X = self._with_offsets(self._with_effect(rows.X, rows.meta), rows.meta)
+        return PairRows(X=X, y=rows.y, meta=rows.meta)
 
     def transform_indexed(self, profiles: pd.DataFrame, i_self: np.ndarray, i_partner: np.ndarray) -> np.ndarray:
         """Return the float32 features of the ordered rows (self ``i_self[k]``, partner ``i_partner[k]``).
@@ -159,7 +173,16 @@ class PairFeaturizer(Params):
         if self.partner_effects_ is not None:
             partners = pd.DataFrame({"device_name": devices, "partner_workload": profiles["workload"]})
             effect = lookup_partner_effect(self.partner_effects_, partners)
-        return pair_feature_matrix_indexed(matrix, i_self, i_partner, base, reference, effect)
+        X = pair_feature_matrix_indexed(matrix, i_self, i_partner, base, reference, effect)
+        # The offsets read a few columns and each row's level; built once per row from the gathered matrix.
+        names = list(self.get_feature_names_out())
+        modes = (
+            profiles["mode"].astype(str).to_numpy(dtype=object) if "mode" in profiles else np.full(len(devices), "")
+        )
+        meta = pd.DataFrame({"device_name": devices[i_self], "mode": modes[i_self]})
+        inner = names[: -len(OFFSET_COLUMNS)]
+        offsets = self._offsets(pd.DataFrame(X[:, : len(inner)], columns=inner, copy=False), meta)
+        return np.ascontiguousarray(np.column_stack([X, offsets]), dtype=np.float32)
 
     def get_feature_names_out(self) -> np.ndarray:
         """Return the feature names ``transform`` produces, in column order."""
@@ -167,6 +190,7 @@ class PairFeaturizer(Params):
         names = pair_feature_names(self.base_columns_)
         if self.partner_effects_ is not None:
             names.append(PARTNER_EFFECT)
+        names.extend(OFFSET_COLUMNS)
         return np.asarray(names, dtype=object)
 
     def _shared(self, rows: PairRows) -> pd.DataFrame:
@@ -186,6 +210,16 @@ class PairFeaturizer(Params):
             return X
         effect = lookup_partner_effect(self.partner_effects_, meta).astype(np.float32)
         return X.assign(**{PARTNER_EFFECT: effect})
+
+    def _offsets(self, X: pd.DataFrame, meta: pd.DataFrame) -> np.ndarray:
+        # Slowdowns (the model takes their log); NaN for a featurizer without a fitted structure.
+        if self.structure_ is None:
+            return np.full((len(X), len(OFFSET_COLUMNS)), np.nan)
+        return np.exp(np.column_stack(apply_structure(self.structure_, X, meta)))
+
+    def _with_offsets(self, X: pd.DataFrame, meta: pd.DataFrame) -> pd.DataFrame:
+        offsets = self._offsets(X, meta).astype(np.float32)
+        return X.assign(**{name: offsets[:, i] for i, name in enumerate(OFFSET_COLUMNS)})
 
     def _check_fitted(self) -> None:
         if not hasattr(self, "base_columns_"):
@@ -209,6 +243,7 @@ class PairFeaturizer(Params):
             "base_columns": [str(c) for c in self.base_columns_],
             "device_reference": _nested_floats(self.device_reference_),
             "partner_effects": None if effects is None else _nested_floats(effects),
+            "structure": self.structure_,
         }
 
     @classmethod
@@ -232,6 +267,7 @@ class PairFeaturizer(Params):
         out.device_reference_ = _nested_floats(data["device_reference"])
         effects = data["partner_effects"]
         out.partner_effects_ = None if effects is None else _nested_floats(effects)
+        out.structure_ = data["structure"]
         return out
 
     @classmethod
@@ -241,13 +277,22 @@ class PairFeaturizer(Params):
         For a model fitted on a bare feature frame: shares are taken against the best rate among the profiles
         at hand, and the partner effect (when ``names`` end with it) is unknown (NaN).
         """
-        names = [str(n) for n in names]
+        names = [str(n) for n in names if str(n) not in OFFSET_COLUMNS]
         uses_effect = bool(names) and names[-1] == PARTNER_EFFECT
         out = cls(features="all", partner_effect=uses_effect)
         out.base_columns_ = base_columns_of_model(names)
         out.device_reference_ = {}
         out.partner_effects_ = {} if uses_effect else None
+        out.structure_ = None
         return out
+
+
+def row_weights(meta: pd.DataFrame) -> np.ndarray:
+    """Each training row's weight from its measurement's precision (``structure.precision_weights`` of the
+    ``halfwidth`` that ``ordered_rows`` puts in the rows' meta; 1 where unknown)."""
+    if "halfwidth" not in meta:
+        return np.ones(len(meta))
+    return precision_weights(meta["halfwidth"].to_numpy(dtype=np.float64))
 
 
 def _nested_floats(table: Mapping[str, Mapping[str, float]]) -> dict[str, dict[str, float]]:

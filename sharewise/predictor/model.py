@@ -20,16 +20,25 @@ from sharewise.predictor.featurizer import PairFeaturizer, monotone_signs
 from sharewise.predictor.params import Params
 from sharewise.predictor.persistence import read_model_files, sidecar_path, write_model_files
 from sharewise.predictor.shift import WorkloadShift
+from sharewise.predictor.structure import OFFSET_OF, STRUCTURES
 from sharewise.predictor.validation import as_matrix, check_feature_names, feature_names_of
 from sharewise.predictor.xgboost_import import xgboost_module
 
 # Version of the saved model layout (sidecar keys and pair feature naming). Bump it when a saved model
 # could no longer be read correctly; load() refuses other versions instead of predicting garbage.
 # 2: device-share features and references; 3: the probe offset (``offset_feature``); 4: the fitted feature
-# state (device references, partner effects) moves from ``training`` to ``featurizer`` (``PairFeaturizer``).
-MODEL_SCHEMA_VERSION = 4
-#: Default ``offset_feature``: the job's slowdown next to the profiler's probe (``sharewise.profiler.probe``).
+# state (device references, partner effects) moves from ``training`` to ``featurizer`` (``PairFeaturizer``);
+# 5: the model's structure (``structure``: the offsets as feature columns, the featurizer's fitted ``structure``,
+# the model card).
+MODEL_SCHEMA_VERSION = 5
+#: The job's slowdown next to the profiler's probe (``sharewise.profiler.probe``): the offset of a model whose
+#: features lack the structure's offset columns (features built elsewhere).
 PROBE_OFFSET = "self_f_probe_slowdown"
+#: ``offset_feature`` default: the offset column of the model's ``structure`` (``structure.OFFSET_OF``).
+AUTO_OFFSET = "auto"
+#: ``min_child_weight`` that forbids every split: the structures without trees are one round of one leaf per
+#: quantile, each quantile's constant around the offset.
+NO_SPLIT = 1e30
 #: How ``explain`` names the offset's term: this prefix, then the feature name.
 OFFSET_TERM = "offset: log "
 
@@ -61,6 +70,11 @@ class SlowdownRegressor(Params):
         Row and column sampling per tree, in (0, 1].
     min_child_weight : float
         Minimum hessian in a leaf: with the quantile objective roughly a minimum number of rows.
+    structure : {"offset", "structured", "trees"}
+        What the model is (``predictor.structure``): the offset alone, the offset with the partner terms, or
+        that plus trees. Without trees no split is allowed (every round is one leaf per quantile), so the
+        model is its offset plus one constant per quantile. ``train`` chooses it by grouped cross-validation
+        (``capacity.select_structure``).
     monotone : bool
         Constrain the prediction to rise with the partner's load: its device shares
         (``pair_partner_share_*``), measured utilization (``partner_f_busy_frac``,
@@ -79,11 +93,11 @@ class SlowdownRegressor(Params):
     offset_feature : str or None
         A feature holding a first estimate of the slowdown; where present (and positive), its log is the
         starting point of every quantile (XGBoost's base margin) and the trees learn only the correction.
-        The default is the job's slowdown next to the profiler's probe, Bubble-Up's sensitivity (Mars et
-        al., MICRO'11): on the reference CPU campaign it cut the error on a workload never seen from 20.8% to
-        4.6% MAPE (3.8-10.8% over seven re-profiles; the probe feature is noisy on a shared CPU), because trees
-        cannot extrapolate a level from a handful of training workloads. Rows without it (NaN, or data such
-        as Gavel's that has no probe) start from 0 as before. None turns it off.
+        ``"auto"`` (default): the offset column of ``structure`` that ``PairFeaturizer`` builds
+        (``pair_offset_probe`` or ``pair_offset_structured``), else the job's slowdown next to the profiler's
+        probe, Bubble-Up's sensitivity (Mars et al., MICRO'11): on the reference CPU campaign the probe cut
+        the error on a workload never seen from 20.8% to 4.6% MAPE, because trees cannot extrapolate a level
+        from a handful of training workloads. Rows without it (NaN) start from 0. None turns it off.
     n_jobs : int or None
         Threads for XGBoost, with scikit-learn's meaning: None is 1, -1 is every core. One thread is the
         default because the quantile objective synchronizes threads after every tree, which on a few
@@ -112,6 +126,8 @@ class SlowdownRegressor(Params):
         Conformal corrections of p10/p90 from grouped out-of-fold residuals (``conformal.calibrate_model``),
         pooled and per device; ``predict_quantiles`` applies level 0 (the rows' devices' corrections when it is
         given them). None (``fit`` alone) leaves the raw quantiles.
+    card_ : dict or None
+        The model card (``capacity.model_card``) when fitted through ``train_model``; saved in the sidecar.
     shift_ : WorkloadShift or None
         Corrections for workloads from their own measured pairs (``suggest.refit_on_pairs``), applied by the
         table-level functions that know each row's workloads (``predict_pairs``, ``explain_pair``), not by
@@ -127,11 +143,12 @@ class SlowdownRegressor(Params):
         colsample_bytree: float = 0.8,
         min_child_weight: float = 30.0,
         reg_lambda: float = 1.0,
+        structure: str = "trees",
         monotone: bool = True,
         prior_weight: float = 0.0,
         max_bin: int = 256,
         quantiles: tuple[float, ...] = (0.1, 0.5, 0.9),
-        offset_feature: str | None = PROBE_OFFSET,
+        offset_feature: str | None = AUTO_OFFSET,
         n_jobs: int | None = None,
         random_state: int = 0,
     ) -> None:
@@ -142,6 +159,7 @@ class SlowdownRegressor(Params):
         self.colsample_bytree = colsample_bytree
         self.min_child_weight = min_child_weight
         self.reg_lambda = reg_lambda
+        self.structure = structure
         self.monotone = monotone
         self.prior_weight = prior_weight
         self.max_bin = max_bin
@@ -152,12 +170,18 @@ class SlowdownRegressor(Params):
 
     # ---- fitting -------------------------------------------------------------------------------------
     def fit(
-        self, X, y, summary: dict | None = None, featurizer: PairFeaturizer | None = None
+        self,
+        X,
+        y,
+        summary: dict | None = None,
+        featurizer: PairFeaturizer | None = None,
+        sample_weight=None,
     ) -> SlowdownRegressor:
         """Fit on pair features ``X`` and measured slowdowns ``y`` (positive); return ``self``.
 
-        ``summary`` is stored as ``training_summary_`` (and in the saved sidecar); ``rows`` is filled in.
-        ``featurizer``, the fitted ``PairFeaturizer`` that built ``X``, is kept as ``featurizer_`` and saved
+        ``sample_weight`` (one per row, default 1) weighs each row, e.g. by its measurement's precision
+        (``featurizer.row_weights``). ``summary`` is stored as ``training_summary_`` (and in the saved
+        with the model, so that prediction builds its features with the training state.
         with the model, so that prediction builds its features with the training state.
 
         Raises
@@ -184,15 +208,24 @@ class SlowdownRegressor(Params):
                 f"slowdowns must be positive finite numbers, got {target[i]!r} at row {i}; "
                 "drop failed measurements before training"
             )
+        weight = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64).ravel()
+        if weight is not None and (weight.shape[0] != data.shape[0] or not np.all(np.isfinite(weight) & (weight > 0))):
+            raise SchemaError(
+                f"sample_weight must hold one positive finite weight per row ({data.shape[0]}), got "
+                f"{weight.shape[0]} values, min {np.nanmin(weight) if weight.size else 'none'}"
+            )
+        trees = self.structure == "trees"
         params = {
             "objective": "reg:quantileerror",
             "quantile_alpha": quantiles,
             "tree_method": "hist",
             "max_depth": int(self.max_depth),
-            "eta": float(self.learning_rate),
-            "subsample": float(self.subsample),
+            # Without trees one round of one leaf per quantile at full step is the weighted quantile of the
+            # residuals around the offset (XGBoost fits quantile leaves exactly), so more rounds add nothing.
+            "eta": float(self.learning_rate) if trees else 1.0,
+            "subsample": float(self.subsample) if trees else 1.0,
             "colsample_bytree": float(self.colsample_bytree),
-            "min_child_weight": float(self.min_child_weight),
+            "min_child_weight": float(self.min_child_weight) if trees else NO_SPLIT,
             "lambda": float(self.reg_lambda),
             "max_bin": int(self.max_bin),
             "seed": int(self.random_state),
@@ -203,17 +236,18 @@ class SlowdownRegressor(Params):
                 params["monotone_constraints"] = "(" + ",".join(str(v) for v in signs) + ")"
         params["nthread"] = self._threads()
         self.quantiles_ = quantiles
-        self.offset_index_ = _offset_index(names, self.offset_feature)
+        self.offset_index_ = _offset_index(names, self.offset_feature, self.structure)
         offset, margin = self._offset(data)
         dtrain = xgb.QuantileDMatrix(
             data,
             label=np.log(target),
+            weight=weight,
             base_margin=margin,
             feature_names=list(names),
             max_bin=int(self.max_bin),
             nthread=self._threads(),
         )
-        self.booster_ = xgb.train(params, dtrain, num_boost_round=int(self.n_estimators))
+        self.booster_ = xgb.train(params, dtrain, num_boost_round=int(self.n_estimators) if trees else 1)
         self.feature_names_in_ = np.asarray(names, dtype=object)
         self.n_features_in_ = len(names)
         self.prior_ = float(np.median(np.log(target) - (0.0 if offset is None else offset)))
@@ -221,6 +255,7 @@ class SlowdownRegressor(Params):
         self.featurizer_ = featurizer
         self.calibration_ = None
         self.shift_ = None
+        self.card_ = None
         return self
 
     def _threads(self) -> int:
@@ -245,6 +280,11 @@ class SlowdownRegressor(Params):
         for name in ("n_estimators", "max_depth"):
             if int(getattr(self, name)) < 1:
                 raise ConfigError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
+        if self.structure not in STRUCTURES:
+            raise ConfigError(
+                f"structure must be one of {', '.join(STRUCTURES)}, got {self.structure!r}; 'auto' is chosen by "
+                "train_model / cross_validate, which fit one of these"
+            )
         return np.sort(q)
 
     # ---- predicting ----------------------------------------------------------------------------------
@@ -384,7 +424,7 @@ class SlowdownRegressor(Params):
             values[:, -1] += w * self.prior_
         if offset is not None:
             values = np.column_stack([values, offset])
-            index.append(OFFSET_TERM + str(self.offset_feature))
+            index.append(OFFSET_TERM + str(self.feature_names_in_[self.offset_index_]))
         return pd.DataFrame(values, columns=index, dtype=np.float64)
 
     # ---- persistence ---------------------------------------------------------------------------------
@@ -393,8 +433,9 @@ class SlowdownRegressor(Params):
 
         The sidecar holds ``schema_version``, ``feature_names``, ``quantiles``, ``prior``, ``params``,
         ``training`` (devices, workloads, rows), ``featurizer`` (``PairFeaturizer.to_dict``, or null for
-        a model fitted without one), ``calibration`` (``ConformalCalibration.to_dict`` or null) and ``shift``
-        (``WorkloadShift.to_dict`` or null). Never a pickle: both files are plain JSON.
+        a model fitted without one), ``calibration`` (``ConformalCalibration.to_dict`` or null), ``shift``
+        (``WorkloadShift.to_dict`` or null) and ``card`` (the model card, or null). Never a pickle: both files
+        are plain JSON.
         """
         self._check_fitted()
         params = {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.get_params().items()}
@@ -410,6 +451,7 @@ class SlowdownRegressor(Params):
             "featurizer": None if self.featurizer_ is None else self.featurizer_.to_dict(),
             "calibration": None if self.calibration_ is None else self.calibration_.to_dict(),
             "shift": None if self.shift_ is None else self.shift_.to_dict(),
+            "card": getattr(self, "card_", None),
         }
         return write_model_files(self.booster_, payload, path)
 
@@ -439,7 +481,7 @@ class SlowdownRegressor(Params):
         model.booster_ = booster
         model.feature_names_in_ = np.asarray(names, dtype=object)
         model.n_features_in_ = len(names)
-        model.offset_index_ = _offset_index(names, model.offset_feature)
+        model.offset_index_ = _offset_index(names, model.offset_feature, model.structure)
         model.quantiles_ = np.asarray(
             meta.get("quantiles", params.get("quantiles", (0.1, 0.5, 0.9))), dtype=np.float64
         )
@@ -449,11 +491,21 @@ class SlowdownRegressor(Params):
         calibration, shift = meta.get("calibration"), meta.get("shift")
         model.calibration_ = None if calibration is None else ConformalCalibration.from_dict(calibration)
         model.shift_ = None if shift is None else WorkloadShift.from_dict(shift)
+        model.card_ = meta.get("card")
         return model
 
 
-def _offset_index(names: Sequence[str], offset_feature: str | None) -> int | None:
-    """Column of ``offset_feature`` in ``names``; None without one (or when the features lack it)."""
+def _offset_index(names: Sequence[str], offset_feature: str | None, structure: str = "trees") -> int | None:
+    """Column of the offset in ``names``; None without one (or when the features lack it).
+
+    ``"auto"`` takes the structure's offset column where the features have it, else ``PROBE_OFFSET``.
+    """
+    names = list(names)
+    if offset_feature == AUTO_OFFSET:
+        for candidate in (OFFSET_OF.get(structure), PROBE_OFFSET):
+            if candidate in names:
+                return names.index(candidate)
+        return None
     return names.index(offset_feature) if offset_feature and offset_feature in names else None
 
 

@@ -160,11 +160,13 @@ def ordered_rows(
             "self_workload": np.concatenate([wa, wb]),
             "partner_workload": np.concatenate([wb, wa]),
             "device_name": np.concatenate([dev, dev]),
-            "mode": np.concatenate([mode, mode]) if mode is not None else "",
+            # Pairs without a mode take their profiles' (the self's: both are profiled in the mode they share).
+            "mode": np.concatenate([mode, mode]) if mode is not None else _profile_modes(profiles)[i_self],
             "self_family": fam[i_self],
             "partner_family": fam[i_partner],
             "pair_id": np.concatenate([np.arange(n), np.arange(n)]),
             "direction": np.repeat([0, 1], n),
+            "halfwidth": np.concatenate([halfwidth(pairs, "a"), halfwidth(pairs, "b")]),
         }
     )
     y = None
@@ -176,6 +178,36 @@ def ordered_rows(
             [pairs["slowdown_a"].to_numpy(dtype=np.float64), pairs["slowdown_b"].to_numpy(dtype=np.float64)]
         )
     return PairRows(X=pd.DataFrame(X, columns=names, copy=False), y=y, meta=meta)
+
+
+def _profile_modes(profiles: pd.DataFrame) -> np.ndarray:
+    if "mode" not in profiles:
+        return np.full(len(profiles), "", dtype=object)
+    return profiles["mode"].fillna("").astype(str).to_numpy(dtype=object)
+
+
+def halfwidth(pairs: pd.DataFrame, side: str) -> np.ndarray:
+    """Return the 95% confidence half-width (a fraction) of slowdown ``side`` ("a" or "b") of every pair.
+
+    The recorded ``ci_a``/``ci_b`` where present, else Student's t from ``cv`` and ``trials`` (the rule of
+    ``profiler.pair.ci_halfwidth``: ``t(0.975, n - 1) * cv / sqrt(n)``), else NaN (unknown: one trial, or an
+    import that gives none). Example: ``array([0.021, nan])``.
+    """
+    n = len(pairs)
+    out = np.full(n, np.nan)
+    col = f"ci_{side}"
+    if col in pairs.columns:
+        out = pd.to_numeric(pairs[col], errors="coerce").to_numpy(dtype=np.float64)
+    if f"cv_{side}" in pairs.columns and "trials" in pairs.columns:
+        from scipy.stats import t
+
+        cv = pd.to_numeric(pairs[f"cv_{side}"], errors="coerce").to_numpy(dtype=np.float64)
+        trials = pd.to_numeric(pairs["trials"], errors="coerce").to_numpy(dtype=np.float64)
+        ok = np.isfinite(cv) & (trials >= 2)
+        derived = np.full(n, np.nan)
+        derived[ok] = t.ppf(0.975, trials[ok] - 1) * cv[ok] / np.sqrt(trials[ok])
+        out = np.where(np.isfinite(out), out, derived)
+    return out
 
 
 def resolve_pairs(profiles: pd.DataFrame, pairs: pd.DataFrame, device_name: str | None = None):

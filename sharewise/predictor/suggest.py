@@ -8,6 +8,13 @@ again; ``suggest_pairs`` refits cheaply on every measured pair of the new worklo
         for pick in suggest_pairs(model, profiles, pairs, new, budget=1):
             pairs = pd.concat([pairs, measure(pick.workload, pick.partner, pick.device_name)])
     model = refit_on_pairs(model, profiles, pairs, new)  # then save it: the shift is in the sidecar
+
+**Devices.** A pair run is measured on a device the new workload is profiled on (the machine that profiled it):
+a pair run measures both jobs there anyway. A partner without a profile on that device is still a candidate
+when it has one on another device of the same kind (a CPU for a CPU, a GPU for a GPU): that profile stands in
+for it in the predictions that rank the candidates (``stand_in``), and ``candidate_stand_ins`` lists them for
+the caller's one-line note. A partner profiled only on another kind of device is no candidate, and
+``nothing_to_suggest`` says which command profiles it on the new workload's device.
 """
 
 from __future__ import annotations
@@ -22,6 +29,15 @@ import pandas as pd
 from sharewise.errors import ConfigError, DatasetError
 from sharewise.predictor.api import model_rows, predict_pairs, train_model
 from sharewise.predictor.shift import WorkloadShift, posterior_sd
+from sharewise.predictor.stand_in import (
+    StandIn,
+    device_kinds,
+    missing_note,
+    profile_command,
+    profiled_devices,
+    stand_in_source,
+    with_stand_ins,
+)
 
 #: Shrinkage for a model without calibration (``ConformalCalibration.shrinkage``): the variance components
 #: of grouped out-of-fold residuals on Gavel's family folds (squared log slowdown, ``estimate_shrinkage`` on
@@ -75,7 +91,9 @@ class Suggestion:
     """One pair run to measure for a new workload, and why.
 
     Example: ``Suggestion(workload="vit", partner="resnet18", device_name="v100", rank=1, score=0.41,
-    speed_sum=(0.86, 1.02, 1.19), straddles=True, reason="speed sum p10-p90 0.86-1.19 straddles 1: ...")``.
+    speed_sum=(0.86, 1.02, 1.19), straddles=True, reason="speed sum p10-p90 0.86-1.19 straddles 1: ...",
+    stand_in=None)``. ``stand_in`` names the device whose profile of the partner stood in for it on
+    ``device_name`` (it has none there; module docstring), None where its own profile was used.
     """
 
     workload: str
@@ -86,6 +104,7 @@ class Suggestion:
     speed_sum: tuple[float, float, float]
     straddles: bool
     reason: str
+    stand_in: str | None = None
 
     def to_dict(self) -> dict:
         """Return plain JSON types."""
@@ -132,7 +151,18 @@ def refit_on_pairs(
     return out
 
 
-def _candidates(profiles, pairs, new_workloads, against, device) -> pd.DataFrame:
+@dataclass
+class _Candidates:
+    """The pair runs ``suggest_pairs`` chooses among, and what kept others out (for ``nothing_to_suggest``)."""
+
+    rows: pd.DataFrame  # workload_a (new), workload_b, device_name: one row per unmeasured candidate
+    partners: list[str]
+    stand_ins: list[StandIn]  # partners' profiles standing in on the new workloads' devices
+    unreachable: dict[str, dict[str, set[str]]]  # new workload -> {partner: its devices}, of another kind
+    measured: int  # candidates left out because they are measured
+
+
+def _candidates(profiles, pairs, new_workloads, against, device, prefer=()) -> _Candidates:
     profiled = sorted(set(profiles["workload"].astype(str)))
     for w in [*new_workloads, *(against or [])]:
         if w not in profiled:
@@ -144,22 +174,100 @@ def _candidates(profiles, pairs, new_workloads, against, device) -> pd.DataFrame
     else:  # the jobs the cluster knows: profiled, not new, measured next to something
         seen = set(measured["workload_a"].astype(str)) | set(measured["workload_b"].astype(str))
         partners = [w for w in profiled if w not in new_workloads and w in seen]
-    devices = profiles.groupby("workload")["device_name"].agg(lambda s: set(s.astype(str)))
+    devices = profiled_devices(profiles)
+    kinds = device_kinds(profiles)
     done = set()
     for r in measured.itertuples():
         done |= {
             (str(r.workload_a), str(r.workload_b), str(r.device_name)),
             (str(r.workload_b), str(r.workload_a), str(r.device_name)),
         }
-    rows = [
-        (w, b, d)
-        for w in new_workloads
-        for b in partners
-        if b != w
-        for d in sorted(devices[w] & devices[b])
-        if (device is None or d == device) and (w, b, d) not in done
-    ]
-    return pd.DataFrame(rows, columns=["workload_a", "workload_b", "device_name"])
+    rows, stand_ins, unreachable, skipped = [], {}, {}, 0
+    for w in new_workloads:
+        for b in partners:
+            if b == w:
+                continue
+            reachable = False
+            for d in sorted(devices[w]):
+                if device is not None and d != device:
+                    continue
+                source = None if d in devices[b] else stand_in_source(profiles, b, d, prefer, kinds)
+                if d not in devices[b] and source is None:
+                    continue
+                reachable = True
+                if (w, b, d) in done:
+                    skipped += 1
+                    continue
+                rows.append((w, b, d))
+                if source is not None:
+                    stand_ins.setdefault((b, d), StandIn(b, d, source))
+            if not reachable and (device is None or device in devices[w]):
+                unreachable.setdefault(w, {})[b] = devices[b]
+    return _Candidates(
+        pd.DataFrame(rows, columns=["workload_a", "workload_b", "device_name"]),
+        partners,
+        list(stand_ins.values()),
+        unreachable,
+        skipped,
+    )
+
+
+def _trained_devices(model) -> list[str]:
+    return [str(d) for d in (getattr(model, "training_summary_", None) or {}).get("devices", [])]
+
+
+def candidate_stand_ins(
+    model,
+    profiles: pd.DataFrame,
+    pairs: pd.DataFrame,
+    new_workloads: Sequence[str],
+    against: Sequence[str] | None = None,
+    device: str | None = None,
+) -> list[StandIn]:
+    """Return the partners' profiles that stand in on the new workloads' devices among ``suggest_pairs``'s
+    candidates (same arguments), e.g. ``[StandIn("resnet18", "Intel(R) Xeon(R) Processor (2 cores)",
+    "AMD EPYC (2 cores)")]``; empty where every partner has a profile of its own there."""
+    new_workloads = list(dict.fromkeys(str(w) for w in new_workloads))
+    return _candidates(profiles, pairs, new_workloads, against, device, _trained_devices(model)).stand_ins
+
+
+def nothing_to_suggest(
+    profiles: pd.DataFrame,
+    pairs: pd.DataFrame,
+    new_workloads: Sequence[str],
+    against: Sequence[str] | None = None,
+    budget: int = 1,
+    device: str | None = None,
+    out: str = "DIR",
+) -> str:
+    """Return why ``suggest_pairs`` (same arguments) suggests nothing, in one line that says what to do.
+
+    In order: the budget is 0; no known partner; a new workload without a profile on ``device``; partners
+    profiled only on another kind of device (with the command that profiles them on the new workload's device,
+    its folder ``out``); else every candidate pair is measured already. Example: ``"no known partner: no
+    profiled workload but the new ones is in a measured pair; name partners with --against"``.
+    """
+    if int(budget) == 0:
+        return "the budget is 0"
+    new_workloads = list(dict.fromkeys(str(w) for w in new_workloads))
+    cands = _candidates(profiles, pairs, new_workloads, against, device)
+    if not any(b != w for w in new_workloads for b in cands.partners):
+        return (
+            "no known partner: no profiled workload but the new ones is in a measured pair; measure pairs "
+            "('sharewise pairs') or name partners with --against"
+        )
+    devices = profiled_devices(profiles)
+    lacking = [w for w in new_workloads if device is not None and device not in devices[w]]
+    if lacking:
+        where = sorted({d for w in lacking for d in devices[w]})
+        have = "has" if len(lacking) == 1 else "have"
+        return f"{', '.join(lacking)} {have} no profile on {device!r} (profiled on {where}); leave out --device"
+    if cands.unreachable and cands.rows.empty:
+        w, others = next(iter(cands.unreachable.items()))
+        here = sorted(devices[w])[0] if device is None else device
+        line = missing_note([w], here, others, profile_command(profiles, list(others), here, out))
+        return line + ("; the other candidate pairs are measured already" if cands.measured else "")
+    return "every candidate pair is measured already"
 
 
 def suggest_pairs(
@@ -188,12 +296,15 @@ def suggest_pairs(
         Pair runs per new workload. Picks are greedy: after each pick the workload's uncertainty on that
         device is lowered as if it had been measured (its outcome is unknown, so the prediction stays).
     device : str, optional
-        Only this device (default: every device both workloads are profiled on).
+        Only this device (default: every device the new workload is profiled on). A partner without a profile
+        there is predicted with its profile from another device of the same kind standing in (module
+        docstring); one profiled only on another kind of device is no candidate.
 
     Returns
     -------
     list of Suggestion
-        Per new workload, in input order, its picks in the order to measure them (``rank`` 1, 2, ...).
+        Per new workload, in input order, its picks in the order to measure them (``rank`` 1, 2, ...). Empty
+        where there is nothing to suggest; ``nothing_to_suggest`` says why.
 
     Raises
     ------
@@ -207,9 +318,12 @@ def suggest_pairs(
     new_workloads = list(dict.fromkeys(str(w) for w in new_workloads))
     if not new_workloads:
         raise ConfigError("name at least one new workload to suggest pairs for")
-    cands = _candidates(profiles, pairs, new_workloads, against, device)
+    found = _candidates(profiles, pairs, new_workloads, against, device, _trained_devices(model))
+    cands = found.rows
     if cands.empty or int(budget) == 0:
         return []
+    source = {(s.workload, s.device_name): s.source for s in found.stand_ins}
+    profiles = _with_pair_stand_ins(profiles, pairs, new_workloads, found.stand_ins, _trained_devices(model))
     current = refit_on_pairs(model, profiles, pairs, new_workloads)
     pred = predict_pairs(current, profiles, cands)
     mine = np.log(pred[["p10_a", "p50_a", "p90_a"]].to_numpy())
@@ -231,7 +345,9 @@ def suggest_pairs(
             score, low, mid, high = pick_scores(mine[left], theirs[left], sd, cands["device_name"].to_numpy()[left])
             j = int(np.argmax(score))
             i = int(left[j])
-            out.append(_suggestion(cands.iloc[i], rank, float(score[j]), (low[j], mid[j], high[j]), int(n_d[i])))
+            row = cands.iloc[i]
+            stand_in = source.get((str(row["workload_b"]), str(row["device_name"])))
+            out.append(_suggestion(row, rank, float(score[j]), (low[j], mid[j], high[j]), int(n_d[i]), stand_in))
             same_device = left[(cands["device_name"].to_numpy()[left] == cands["device_name"].iat[i])]
             n_d[same_device] += 1  # as if measured: the workload's level on that device is less unknown
             n_w[left] += 1
@@ -239,11 +355,26 @@ def suggest_pairs(
     return out
 
 
-def _suggestion(row, rank: int, score: float, speed: tuple, measured_on_device: int) -> Suggestion:
+def _with_pair_stand_ins(profiles, pairs, new_workloads, stand_ins, prefer) -> pd.DataFrame:
+    """``profiles`` with the candidates' stand-ins, and stand-ins for the new workloads' measured pairs whose
+    partner has no profile on the pair's device (the refit joins them to profiles)."""
+    measured = _measured_ok(pairs)
+    mine = measured[
+        measured["workload_a"].astype(str).isin(new_workloads) | measured["workload_b"].astype(str).isin(new_workloads)
+    ]
+    wanted = [(s.workload, s.device_name) for s in stand_ins]
+    for r in mine.itertuples():
+        wanted += [(str(r.workload_a), str(r.device_name)), (str(r.workload_b), str(r.device_name))]
+    return with_stand_ins(profiles, wanted, prefer)[0]
+
+
+def _suggestion(
+    row, rank: int, score: float, speed: tuple, measured_on_device: int, stand_in: str | None = None
+) -> Suggestion:
     low, mid, high = (float(v) for v in speed)
     straddles = low < 1.0 < high
     w, b, d = str(row["workload_a"]), str(row["workload_b"]), str(row["device_name"])
     reason = f"fewest measured on {d} ({measured_on_device}); {b}: the most typical partner there"
     if straddles:
         reason += f"; speed sum {low:.2f}-{high:.2f} straddles 1 (share or not is uncertain)"
-    return Suggestion(w, b, d, rank, score, (low, mid, high), straddles, reason)
+    return Suggestion(w, b, d, rank, score, (low, mid, high), straddles, reason, stand_in)

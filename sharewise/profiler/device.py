@@ -12,10 +12,25 @@ from typing import Any
 from sharewise.errors import DeviceError
 from sharewise.profiler.config import device_kind
 
+#: Environment variable that names the CPU model in place of ``/proc/cpuinfo``'s: a machine can report itself as
+#: another one (tests run the guides as a user on another CPU model does), and two hosts whose models read
+#: differently but behave alike can record one name. GPU names always come from NVML.
+CPU_MODEL_ENV = "SHAREWISE_CPU_MODEL"
+
+
+def cpu_model() -> str:
+    """Return the CPU model string: ``$SHAREWISE_CPU_MODEL`` where set and not blank, else ``/proc/cpuinfo``'s
+    ``model name`` (or ``platform.processor()``), e.g. ``"AMD EPYC"``.
+
+    The variable is read on every call, so a worker process, started with the variable in its environment,
+    records the same name as the command that started it.
+    """
+    override = os.environ.get(CPU_MODEL_ENV, "").strip()
+    return override or _hardware_cpu_model()
+
 
 @lru_cache(maxsize=1)
-def cpu_model() -> str:
-    """Return the CPU model string from ``/proc/cpuinfo`` (or ``platform.processor()``)."""
+def _hardware_cpu_model() -> str:
     try:
         with open("/proc/cpuinfo") as fh:
             for line in fh:
@@ -169,6 +184,19 @@ def nvml_index(device: str) -> int | None:
 def gpu_names() -> list[str]:
     """Return the names of the visible NVIDIA GPUs in CUDA's order (``visible_gpus``), e.g. ``["NVIDIA H200"]``."""
     return [g.name for g in visible_gpus()]
+
+
+def local_device_names() -> list[str]:
+    """Return the names this machine's devices are recorded under: the CPU's, then each visible GPU's.
+
+    Example: ``["AMD EPYC (2 cores)", "NVIDIA H200"]``; only the CPU's without NVML, or where NVML cannot read
+    a GPU (a command that only prefers this machine's devices should not fail on that).
+    """
+    try:
+        gpus = gpu_names()
+    except DeviceError:
+        gpus = []
+    return [cpu_device_name(), *gpus]
 
 
 def device_name(device: str) -> str:

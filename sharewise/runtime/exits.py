@@ -92,6 +92,28 @@ def exit_reason(code: int, evidence: Evidence) -> Exit:
     return Exit("failed", code, f"exit code {code}" + (f": {tail}" if tail else ""))
 
 
+#: The last line of a Python traceback: an exception's name (dotted, ending in Error, Exception, Interrupt or
+#: Exit), then its message (``RuntimeError: boom``, ``torch.OutOfMemoryError: ...``, ``KeyboardInterrupt``).
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b(:.*)?$")
+
+
+def error_line(message: str) -> str:
+    """The part of a failure's message a reader needs first: its head (``exit code 1``) and, where its output
+    tail holds a Python traceback, the exception's line (``RuntimeError: boom``) instead of the tail, whose
+    caret line (``^^^^``) would push the error out of a cut; else the message unchanged.
+
+    >>> error_line("exit code 1: raise RuntimeError('boom') | ^^^^^^^^^^^^^^^^^^^^ | RuntimeError: boom")
+    'exit code 1: RuntimeError: boom'
+    >>> error_line("killed by signal 9 (SIGKILL)")
+    'killed by signal 9 (SIGKILL)'
+    """
+    head, sep, tail = message.partition(": ")
+    if not sep:
+        return message
+    found = [part.strip() for part in tail.split(" | ") if _EXCEPTION_LINE.match(part.strip())]
+    return f"{head}: {found[-1]}" if found else message
+
+
 # ---- gathering the evidence --------------------------------------------------------------------------
 def output_tail(path: str | os.PathLike, chars: int = 16 * TAIL_CHARS) -> str:
     """The last ``chars`` characters of a job's log (empty if unreadable)."""

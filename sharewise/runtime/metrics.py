@@ -11,7 +11,8 @@ the same names.
 The run feeds the exporter a ``PolicyView`` after every event of its loop and every few seconds between
 (``policy_view``); a scrape reads the latest views, so it never waits on the run and never sees half an
 update. Every per-job series is labelled ``job_id``, ``workload``, ``slot`` and ``policy`` (``slot`` is ``0``,
-``0+1`` for a job on two slots, ``none`` for one that holds none); samples whose value is not known yet (a
+``0+1`` for a job on two slots, ``none`` for one that holds none), the predicted slowdowns also ``partner``
+(``none`` for a job that runs alone); samples whose value is not known yet (a
 job's rate before it stepped) are left out rather than served as NaN.
 """
 
@@ -174,7 +175,9 @@ def _add_view(families: dict, view: PolicyView) -> None:
         for name, value in (("sharewise_run_job_predicted_slowdown_p50", job.predicted_p50),
                             ("sharewise_run_job_predicted_slowdown_p90", job.predicted_p90)):
             if math.isfinite(value):
-                families[name].add_metric([*base, job.partner], value)
+                # ``none`` where it runs alone, as ``slot`` says it: Prometheus drops an empty label, and a legend
+                # of ``{{partner}}`` would show nothing
+                families[name].add_metric([*base, job.partner or "none"], value)
         families["sharewise_run_job_state"].add_metric([*base, job.state], 1.0)
     for slot, n in enumerate(view.slot_jobs):
         families["sharewise_run_slot_jobs"].add_metric([str(slot), p], float(n))

@@ -1,6 +1,7 @@
 """What a sitting of physical runs measured, pooled over its runs: solo rates, start-up times and pair slowdowns per
-workload (``Sitting``), the simulator's truth for ``sharewise run --compare-sim``, and the lengths that training
-commands ran to their own end (the next runs' estimates)."""
+workload (``Sitting``), the simulator's truth for ``sharewise run --compare-sim``, the per-window slowdowns the
+confidence rule judges a pair by, and the lengths that training commands ran to their own end (the next runs'
+estimates)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,12 @@ class Sitting:
     def __init__(self) -> None:
         self.solo: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])  # workload -> [steps, seconds]
         self.startup: dict[str, list[float]] = defaultdict(list)
+        # workload -> seconds from a job's last step report to its process's exit noticed (interpreter teardown):
+        # the slot stays held, so the simulator's truth holds it too
+        self.teardown: dict[str, list[float]] = defaultdict(list)
         self.pairs: dict[tuple[str, str], list[tuple[float, float, float]]] = defaultdict(list)
+        # (a, b) -> the slowdowns of a and of b in each window of their pairings (``profiler.confidence``)
+        self.pair_windows: dict[tuple[str, str], tuple[list[float], list[float]]] = defaultdict(lambda: ([], []))
         self.calibrated: dict[str, dict] = {}  # workload -> {"steps_per_s", "startup_s"} of its calibration run
         self.lengths: dict[str, int] = {}  # a command's spec -> the steps it ran to its own end (latest run)
 
@@ -52,11 +58,30 @@ class Sitting:
             s_a = s_b = (s_a + s_b) / 2
         return s_a, s_b, float(w.sum()), len(rows)
 
+    def add_windows(self, a: str, b: str, slowdowns_a: list[float], slowdowns_b: list[float]) -> None:
+        """Add the per-window slowdowns of ``a`` and of ``b`` in one pairing."""
+        pool = self.pair_windows[(a, b)]
+        pool[0].extend(slowdowns_a)
+        pool[1].extend(slowdowns_b)
+
+    def windows(self, a: str, b: str) -> tuple[list[float], list[float]]:
+        """The per-window slowdowns ``(of a, of b)`` over every pairing of ``a`` with ``b``, in either order (what
+        the confidence rule judges the pair by)."""
+        got_a, got_b = self.pair_windows.get((a, b), ([], []))
+        out_a, out_b = list(got_a), list(got_b)
+        if a != b:
+            other_b, other_a = self.pair_windows.get((b, a), ([], []))
+            out_a += other_a
+            out_b += other_b
+        return out_a, out_b
+
     def to_json(self) -> dict:
         return {
             "solo": {w: list(v) for w, v in self.solo.items()},
             "startup": dict(self.startup),
+            "teardown": dict(self.teardown),
             "pairs": [[a, b, *r] for (a, b), rows in self.pairs.items() for r in rows],
+            "pair_windows": [[a, b, list(s_a), list(s_b)] for (a, b), (s_a, s_b) in self.pair_windows.items()],
             "calibrated": self.calibrated,
             "lengths": self.lengths,
         }
@@ -68,8 +93,12 @@ class Sitting:
             sitting.solo[w] = list(v)
         for w, v in data.get("startup", {}).items():
             sitting.startup[w] = list(v)
+        for w, v in data.get("teardown", {}).items():
+            sitting.teardown[w] = list(v)
         for a, b, s_a, s_b, secs in data.get("pairs", []):
             sitting.pairs[(a, b)].append((s_a, s_b, secs))
+        for a, b, s_a, s_b in data.get("pair_windows", []):
+            sitting.add_windows(a, b, s_a, s_b)
         sitting.calibrated = dict(data.get("calibrated", {}))
         sitting.lengths = {k: int(v) for k, v in data.get("lengths", {}).items()}
         return sitting

@@ -25,9 +25,15 @@ Semantics where reality forces a choice (the loop's own are in ``sharewise.engin
   inside it, so a step cut by the segment's start (a build, a partial step before a pause) is not counted.
   Two jobs alone together on a slot form a *pairing*, measured from the moment both are stepping: once each
   has ``min_steps`` reports over at least ``min_s`` seconds, each one's slowdown (its solo rate over its rate
-  in the pairing) goes to the policies (``Observation``); when the pairing ends, the whole pairing is
-  measured, pooled with earlier pairings of the same two workloads (weighted by time), written as an
-  observed pair row of the run's dataset, and given to the policies again. A job's solo rate is that of its
+  in the pairing) is measured; when the pairing ends, the whole pairing is measured and pooled with earlier
+  pairings of the same two workloads (weighted by time). What the policies learn and the run's dataset
+  keeps passes ``collect``'s confidence rule first (``profiler.confidence``): each job's steps in the pairing
+  are cut into windows of at least ``WINDOW_STEPS`` steps and ``WINDOW_S`` seconds, and the pair's windows
+  over all its pairings must number ``REPEATS`` and pin each slowdown (its solo rate over its rate in a
+  window) down to a 95% half-width within ``CI_TARGET``. A pairing that passes while it runs gives the
+  policies its slowdowns then (``Observation``); one that ends with its pair passing is written as an
+  observed pair row and given to the policies again; one that does not is reported with the reason
+  (``on_pair``'s ``refused``) and never learned. A job's solo rate is that of its
   own solo segments in this run where they span ``min_s``, else that of its workload in this sitting
   (calibration and other jobs' solo segments). A job sharing with jobs of several workloads at once (a
   multi-slot job) is not measured in that segment.
@@ -44,6 +50,8 @@ import numpy as np
 
 from sharewise.engine.loop import DONE, FAILED, RUNNING
 from sharewise.engine.world import Jobs, Observation
+from sharewise.profiler.confidence import WINDOW_S, WINDOW_STEPS, judge
+from sharewise.profiler.pair import ci_halfwidth, cv
 from sharewise.runtime.jobs import DONE_STATUS, JobSpec, LocalJob
 from sharewise.runtime.lengths import Length
 from sharewise.runtime.sitting import MIN_S, MIN_STEPS, Sitting
@@ -53,6 +61,8 @@ from sharewise.runtime.slots import Layout
 POLL_S = 0.05
 #: Seconds between two saves of the run's state while no event happens.
 SAVE_EVERY_S = 2.0
+#: Seconds between two checks of an open pairing against the confidence rule (its windows are cut afresh).
+CHECK_EVERY_S = 1.0
 
 
 @dataclass
@@ -84,6 +94,7 @@ class Pairing:
     segments: dict[int, Segment] = field(default_factory=dict)  # each job's segment in the pairing
     closed: set[int] = field(default_factory=set)  # jobs whose segment ended
     early: bool = False  # its first measurement went to the policies
+    checked: float = -math.inf  # when the confidence rule last judged it while open
 
     def stepping_since(self) -> float:
         """When both jobs had reported a step in the pairing (inf before)."""
@@ -132,8 +143,9 @@ class RealWorld:
     sitting
         Pooled measurements of this sitting (read for solo rates, added to as this run measures).
     on_pair
-        Called with ``(workload_a, workload_b, row)`` when a pairing's measurement is written (the run's
-        dataset); ``row`` holds the pooled slowdowns.
+        Called with ``(spec_a, spec_b, values)`` when a pairing ends measured: ``values`` holds the pooled
+        slowdowns, the windows' spread (``trials``, ``cv_*``, ``ci_*``) and ``refused``: empty where the pair
+        passes the confidence rule (a row for the run's dataset), else why not (``too noisy: ...``).
     launcher
         ``(spec, slots, start_step, progress_path, log_path) -> job`` (default: a ``LocalJob`` on this
         machine; ``ray_jobs`` gives one that runs in a Ray actor).
@@ -351,6 +363,8 @@ class RealWorld:
                             "last_step_t": _round(rec.last_step_t)}
                 if ended.status == DONE_STATUS and rec.length.ended(rec.steps, now):
                     self._lengths[j] = self.work(j)
+                if ended.status == DONE_STATUS and math.isfinite(rec.last_step_t):
+                    self.sitting.teardown[rec.spec.name].append(now - rec.last_step_t)
                 rec.events.append({"t": round(now, 3), "event": "finish" if ended.status == DONE_STATUS else
                                    ended.status, "step": rec.steps})
                 self._ended.append((j, DONE if ended.status == DONE_STATUS else FAILED))
@@ -418,14 +432,20 @@ class RealWorld:
         return rates, since
 
     def _measure_pairings(self, now: float) -> None:
-        """Give the policies each new pairing's first measurement, once it holds enough steps."""
+        """Give the policies each new pairing's first measurement, once it holds enough steps and its pair's
+        windows, with those of its earlier pairings, pass the confidence rule."""
         for pairing in list(self.pairings.values()):
-            if pairing.early:
+            if pairing.early or now - pairing.checked < CHECK_EVERY_S:
                 continue
             got = self._pairing_rates(pairing)
             if got is None:
                 continue
+            pairing.checked = now
             (r_a, _, _), (r_b, _, _) = got[0]
+            new_a, new_b = self._window_slowdowns(pairing, got[1])
+            old_a, old_b = self.sitting.windows(self.jobs[pairing.a].spec.name, self.jobs[pairing.b].spec.name)
+            if judge(old_a + new_a, old_b + new_b):
+                continue
             pairing.early = True
             s_a, s_b = self.solo_rate(pairing.a) / r_a, self.solo_rate(pairing.b) / r_b
             if self.jobs[pairing.a].spec.name == self.jobs[pairing.b].spec.name:
@@ -441,13 +461,29 @@ class RealWorld:
         ja, jb = self.jobs[pairing.a], self.jobs[pairing.b]
         solo_a, solo_b = self.solo_rate(pairing.a), self.solo_rate(pairing.b)
         self.sitting.pairs[(ja.spec.name, jb.spec.name)].append((solo_a / r_a, solo_b / r_b, span))
+        self.sitting.add_windows(ja.spec.name, jb.spec.name, *self._window_slowdowns(pairing, got[1]))
         s_a, s_b, seconds, n = self.sitting.pair(ja.spec.name, jb.spec.name)
-        self._news.append(Observation(pairing.a, pairing.b, s_a, s_b))
+        win_a, win_b = self.sitting.windows(ja.spec.name, jb.spec.name)
+        refused = judge(win_a, win_b)
+        if not refused:
+            self._news.append(Observation(pairing.a, pairing.b, s_a, s_b))
         if self.on_pair is not None:
             self.on_pair(ja.spec, jb.spec, {
                 "solo_a": solo_a, "solo_b": solo_b, "coloc_a": r_a, "coloc_b": r_b, "slowdown_a": s_a,
-                "slowdown_b": s_b, "steps_a": steps_a, "steps_b": steps_b, "window_s": seconds, "trials": n,
+                "slowdown_b": s_b, "steps_a": steps_a, "steps_b": steps_b, "window_s": seconds, "pairings": n,
+                "trials": min(len(win_a), len(win_b)), "cv_a": cv(win_a), "cv_b": cv(win_b),
+                "ci_a": _finite(ci_halfwidth(win_a)), "ci_b": _finite(ci_halfwidth(win_b)), "refused": refused,
             })
+
+    def _window_slowdowns(self, pairing: Pairing, since: float) -> tuple[list[float], list[float]]:
+        """Each job's slowdown (its solo rate over its rate) in each window of its steps in ``pairing`` since
+        ``since`` (windows of at least ``WINDOW_STEPS`` steps and ``WINDOW_S`` seconds)."""
+        out = []
+        for j in (pairing.a, pairing.b):
+            solo = self.solo_rate(j)
+            recs = [r for r in pairing.segments[j].records if r[1] >= since]
+            out.append([solo / rate for rate in window_rates(recs, WINDOW_STEPS, WINDOW_S)])
+        return out[0], out[1]
 
     # ---- jobs ----------------------------------------------------------------------------------------
     def _local(self, spec: JobSpec, slots: list[int], start_step: int, progress: Path, log: Path) -> LocalJob:
@@ -476,6 +512,27 @@ class RealWorld:
             "exit": rec.exit,
             "length": rec.length.to_json(),
         }
+
+
+def window_rates(records: list[tuple[int, float]], min_steps: int, min_s: float) -> list[float]:
+    """The rates (steps/s) of consecutive windows of step reports ``(step, time)``, each from one report to the
+    first later one at least ``min_steps`` steps and ``min_s`` seconds on; the remainder is left out.
+
+    >>> window_rates([(1, 0.0), (2, 0.2), (4, 0.5), (5, 0.7), (8, 1.0), (9, 1.1)], 3, 0.5)
+    [6.0, 8.0]
+    """
+    out, first = [], 0
+    for k in range(1, len(records)):
+        steps = records[k][0] - records[first][0]
+        span = records[k][1] - records[first][1]
+        if steps >= min_steps and span >= min_s:
+            out.append(steps / span)
+            first = k
+    return out
+
+
+def _finite(x: float) -> float:
+    return x if math.isfinite(x) else math.nan
 
 
 def _safe(job_id: str) -> str:

@@ -6,7 +6,10 @@ nodes that measured them (on a cluster of one GPU model, the same name, and they
 
 from __future__ import annotations
 
+import logging
 import os
+import uuid
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from sharewise.errors import DeviceError, MissingDependencyError
@@ -17,6 +20,11 @@ from sharewise.profiler.pair import PairTask, empty_row
 
 if TYPE_CHECKING:
     from sharewise.profiler.config import RunConfig
+
+log = logging.getLogger(__name__)
+
+#: How long ``RayExecutor.close`` waits for its cancelled tasks to end before it gives up on them.
+STOP_WAIT_S = 30.0
 
 
 def import_ray():
@@ -29,15 +37,54 @@ def import_ray():
     return ray
 
 
-def _run_on_node(task: Task, config: RunConfig, extra_env: dict | None) -> Finished:
+@dataclass(frozen=True)
+class StopFlag:
+    """A campaign's stop as every node of the cluster sees it: set once by the driver, read by each task
+    before it starts a worker process.
+
+    It is a key in the cluster's key-value store (the GCS, through ``ray.experimental.internal_kv``, where
+    Ray's own libraries keep their cluster-wide state): ``set`` returns once the store holds it, so a task
+    that reads it afterwards, on any node, sees it. Reading it is a request to the store, not a wait on a Ray
+    object (an actor's answer): a task blocked on an object lends its CPUs or GPU back to Ray, which then
+    starts the next queued task on them, and two pair runs would share a node.
+
+    Example: ``StopFlag().key == "stop:3f2a..."``; pickled into each task, which calls ``is_set()``.
+    """
+
+    key: str = field(default_factory=lambda: f"stop:{uuid.uuid4().hex}")
+
+    def set(self) -> None:
+        from ray.experimental import internal_kv
+
+        internal_kv._internal_kv_put(self.key, b"1", namespace="sharewise")
+
+    def is_set(self) -> bool:
+        from ray.experimental import internal_kv
+
+        return internal_kv._internal_kv_exists(self.key, namespace="sharewise")
+
+    def clear(self) -> None:
+        from ray.experimental import internal_kv
+
+        internal_kv._internal_kv_del(self.key, namespace="sharewise")
+
+
+def _run_on_node(task: Task, config: RunConfig, extra_env: dict | None, stop: StopFlag) -> Finished:
     """Body of one Ray task: run the task on a local executor of the node, its device named as the node sees it.
 
     The executor's workers live as long as the task (warm within a profile's or a pair's repeats). An error
-    that is not a failure of the workload raises, so Ray retries the task like one whose worker died.
+    that is not a failure of the workload raises, so Ray retries the task like one whose worker died. A task
+    that Ray starts after its campaign stopped (``stop`` set) starts no worker and comes back ``skipped``.
     """
     from sharewise.profiler.device import device_name
     from sharewise.profiler.executors.local import LocalExecutor
 
+    if stop.is_set():
+        # Ray can start a queued task in the moment between the stop and its cancel reaching it.
+        error = "not run: the campaign stopped before this task started"
+        if isinstance(task, PairTask):
+            return Finished.pair(task, empty_row(task, config, device_name(config.device), "skipped", error))
+        return Finished(task, None, "skipped", error)
     with LocalExecutor(config, device_name(config.device), extra_env) as executor:
         return executor.run(task)
 
@@ -75,6 +122,8 @@ class RayExecutor:
     come back as tasks finish, so the campaign persists each before the next arrives. A task whose worker
     process or node dies is retried by Ray up to ``max_retries`` times; after that, and for exceptions, a
     pair is recorded as ``failed`` with the error, and a profile as failed (its pairs then are not run).
+    ``close`` stops the tasks still submitted: none that had not begun starts a worker, and the running ones
+    have ended when it returns.
     """
 
     name = "ray"
@@ -99,7 +148,8 @@ class RayExecutor:
         self.device_name = device_name
         self.extra_env = extra_env
         self._started_here = False
-        self._pending: dict = {}  # task ref -> Task, submitted and not yet handed back
+        self._pending: dict = {}  # task ref -> Task, submitted and not yet handed back, in submission order
+        self._stop = StopFlag()
         if not ray.is_initialized():
             if address:
                 kwargs = {"address": address}
@@ -138,7 +188,7 @@ class RayExecutor:
         return True  # Ray queues what the cluster cannot run yet
 
     def submit(self, task: Task) -> None:
-        self._pending[self.remote.remote(task, self.config, self.extra_env)] = task
+        self._pending[self.remote.remote(task, self.config, self.extra_env, self._stop)] = task
 
     def next_finished(self) -> Finished:
         ray = self.ray
@@ -158,13 +208,42 @@ class RayExecutor:
         return 0
 
     def close(self) -> None:
-        # A campaign that stops early (an error, Ctrl-C) must not leave runs going on a cluster that
-        # outlives this driver: they would load nodes that later runs measure on.
-        for ref in self._pending:
-            try:
-                self.ray.cancel(ref, force=True)
-            except Exception:  # finished meanwhile, or the cluster is gone: nothing left to stop
-                pass
-        self._pending = {}
+        """End the executor. Tasks still submitted (the campaign stopped early) are stopped: one that had not
+        begun when this was called never starts a worker, and every one has ended when this returns (or, with
+        a warning, after ``STOP_WAIT_S``)."""
+        pending, self._pending = list(self._pending), {}
+        if pending:
+            self._stop_tasks(pending)
         if self._started_here:
             self.ray.shutdown()
+
+    def _stop_tasks(self, refs: list) -> None:
+        # A campaign that stops early (an error, Ctrl-C) must not leave runs going on a cluster that
+        # outlives this driver: they would load nodes that later runs measure on. Cancelling alone does not
+        # do it: a running task's node, freed by its cancel or by its end, goes to the next queued task, which
+        # can start before its own cancel reaches it. The flag, set first, turns such a start into a no-op.
+        ray = self.ray
+        try:
+            self._stop.set()
+        except Exception as exc:  # the store is unreachable: cancelling is all that is left
+            log.warning("could not flag the stop on the Ray cluster (%s); cancelling its tasks only", exc)
+        # The latest first: those are the queued ones, cancelled before a running one frees its node.
+        for ref in reversed(refs):
+            try:
+                ray.cancel(ref, force=True)
+            except Exception:  # finished meanwhile, or the cluster is gone: nothing left to stop
+                pass
+        try:
+            _, left = ray.wait(refs, num_returns=len(refs), timeout=STOP_WAIT_S, fetch_local=False)
+        except Exception as exc:
+            left, reason = refs, f": {exc}"
+        else:
+            reason = f" within {STOP_WAIT_S:.0f} s"
+        if left:
+            # The flag stays set, so these still start no worker should Ray run them later.
+            log.warning("%d cancelled Ray task(s) did not end%s", len(left), reason)
+            return
+        try:
+            self._stop.clear()
+        except Exception:  # the flag is one small key; a cluster that went away took it along
+            pass
