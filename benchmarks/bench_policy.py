@@ -1,12 +1,16 @@
-"""Benchmark: ``sharewise recommend`` on 100,000 queued jobs and 50,000 GPUs, the whole CLI call (target <= 2 s on
-an idle 2-core machine), and the pairing's parts; exact vs greedy.
+"""Benchmark: ``sharewise recommend`` on 100,000 queued jobs and 50,000 GPUs, the whole CLI call, beside
+``sharewise --help`` and a bare ``python -c pass`` (issue 50's targets on an idle 2-core machine: the call at most
+1.0 s, the help at most 0.3 s above bare Python), and the pairing's parts; exact vs greedy.
 
 The CLI as a user runs it (``sharewise recommend --json``, Gavel V100 workloads, a model trained on the
-imported Gavel pairs, ``--device-name v100``) is timed in ``--cli-runs`` fresh processes: wall time and the
-process's CPU time (user + system; on a busy machine CPU time is the steadier figure), min and median. As a user
+imported Gavel pairs, ``--device-name v100``) is timed in ``--cli-runs`` rounds of fresh processes, each round
+running ``python -c pass``, ``python -m sharewise --help`` and the recommendation one after the other, so the
+three see the same machine: wall time and the process's CPU time (user + system; on a busy machine CPU time is
+the steadier figure), min and median, and the help's time above bare Python's, round by round. As a user
 runs it twice: Python's bytecode cache for sharewise's modules written by an untimed first call, even where the
 environment sets ``PYTHONDONTWRITEBYTECODE`` (this sandbox does; every call would otherwise compile the ~60
-modules the CLI imports from source, 0.05-0.15 s here, which no installed copy pays). Then, in this process:
+modules the CLI imports from source, 0.05-0.15 s here, which no installed copy pays). ``--cli-only`` stops
+there. Then, in this process:
 
 - ``free``: ``--jobs`` queued single-GPU jobs on ``--gpus`` free GPUs.
 - ``cluster``: the same number of jobs (5% multi-GPU) on 8,000 GPUs, of which 4,000 hold one job, 2,000
@@ -19,7 +23,7 @@ the pairing, explanations) and the pairing alone, with its method, and the expec
 (GPU-equivalents) of the exact and greedy pairings.
 
     .venv/bin/python benchmarks/bench_policy.py [--data-root DIR] [--jobs 100000] [--gpus 50000]
-        [--cli-runs 5]
+        [--cli-runs 5] [--cli-only]
 """
 
 from __future__ import annotations
@@ -39,7 +43,8 @@ import pandas as pd
 from sharewise.datasets.public import public_data_root
 
 REPO = Path(__file__).resolve().parents[1]
-TARGET_S = 2.0
+TARGET_S = 1.0  # the whole recommend call (issue 50; 2.0 s before)
+HELP_TARGET_S = 0.3  # ``sharewise --help`` above a bare ``python -c pass`` (issue 50)
 
 
 def setup(data_root: Path, work: Path) -> tuple[Path, Path, list[str]]:
@@ -98,28 +103,62 @@ def timed(fn):
     return out, time.perf_counter() - began
 
 
-def cli_runs(data: Path, model: Path, queue: Path, n_gpus: int, runs: int) -> tuple[list[float], list[float]]:
-    """Time ``sharewise recommend --json`` in ``runs`` fresh processes; return their wall and CPU seconds."""
-    cmd = [
-        sys.executable, "-m", "sharewise", "recommend", "--model", str(model), "--data", str(data),
-        "--queue", str(queue), "--gpus", str(n_gpus), "--device-name", "v100", "--json",
-    ]  # fmt: skip
+def cli_runs(data: Path, model: Path, queue: Path, n_gpus: int, runs: int) -> dict[str, tuple[list, list]]:
+    """Time ``python -c pass``, ``sharewise --help`` and ``sharewise recommend --json`` in ``runs`` rounds of fresh
+    processes, the three one after the other in each round; return each one's wall and CPU seconds, by round."""
+    commands = {
+        "python -c pass": [sys.executable, "-c", "pass"],
+        "sharewise --help": [sys.executable, "-m", "sharewise", "--help"],
+        "sharewise recommend --json": [
+            sys.executable, "-m", "sharewise", "recommend", "--model", str(model), "--data", str(data),
+            "--queue", str(queue), "--gpus", str(n_gpus), "--device-name", "v100", "--json",
+        ],
+    }  # fmt: skip
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)  # writes the bytecode cache
-    walls, cpus = [], []
+    for cmd in commands.values():  # writes the bytecode cache
+        subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    times: dict[str, tuple[list, list]] = {name: ([], []) for name in commands}
     for _ in range(runs):
-        before = os.times()
-        began = time.perf_counter()
-        proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
-        walls.append(time.perf_counter() - began)
-        after = os.times()
-        cpus.append((after.children_user - before.children_user) + (after.children_system - before.children_system))
-        if proc.returncode != 0:
-            raise SystemExit(f"recommend failed: {proc.stderr[-500:]}")
-    return walls, cpus
+        for name, cmd in commands.items():
+            before = os.times()
+            began = time.perf_counter()
+            proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+            wall = time.perf_counter() - began
+            after = os.times()
+            cpu = (after.children_user - before.children_user) + (after.children_system - before.children_system)
+            if proc.returncode != 0:
+                raise SystemExit(f"{name} failed: {proc.stderr[-500:]}")
+            times[name][0].append(wall)
+            times[name][1].append(cpu)
+    return times
 
 
-def run(data_root: Path, n_jobs: int, n_gpus: int, runs: int) -> None:
+def report_cli(times: dict[str, tuple[list, list]], n_jobs: int, n_gpus: int) -> None:
+    """Print the three commands side by side, then the two targets."""
+    runs = len(next(iter(times.values()))[0])
+    print(f"\nfresh processes, {runs} rounds of the three in turn     wall min  median   CPU min  median")
+    for name, (walls, cpus) in times.items():
+        print(
+            f"  {name:44s} {min(walls):8.3f} {statistics.median(walls):7.3f} {min(cpus):9.3f} "
+            f"{statistics.median(cpus):7.3f}"
+        )
+    bare, help_ = times["python -c pass"], times["sharewise --help"]
+    above = [h - b for h, b in zip(help_[0], bare[0], strict=True)]  # round by round: the same machine
+    idle = "the targets are for an idle machine"
+    verdict = "met" if min(help_[0]) - min(bare[0]) <= HELP_TARGET_S else f"missed here ({idle})"
+    print(
+        f"'sharewise --help' above bare Python: {min(help_[0]) - min(bare[0]):.3f} s between the minima, "
+        f"{statistics.median(above):.3f} s median of the rounds (target <= {HELP_TARGET_S} s: {verdict})"
+    )
+    walls = times["sharewise recommend --json"][0]
+    verdict = "met" if min(walls) <= TARGET_S else f"missed here ({idle})"
+    print(
+        f"CLI 'sharewise recommend --json', {n_jobs} jobs on {n_gpus} GPUs: wall min {min(walls):.2f} s, "
+        f"median {statistics.median(walls):.2f} s (target <= {TARGET_S} s: {verdict})"
+    )
+
+
+def run(data_root: Path, n_jobs: int, n_gpus: int, runs: int, cli_only: bool = False) -> None:
     from sharewise.app.recommend import RecommendConfig, recommend
     from sharewise.engine.table import SlowdownTable
     from sharewise.planner.pairing import plan_pairs
@@ -129,14 +168,10 @@ def run(data_root: Path, n_jobs: int, n_gpus: int, runs: int) -> None:
         work = Path(tmp)
         data, model, workloads = setup(data_root, work)
         free_queue = queue_csv(work / "q_free.csv", workloads, n_jobs, 0.0, rng)
-        # The CLI as a user runs it, Python start-up and imports included.
-        walls, cpus = cli_runs(data, model, free_queue, n_gpus, runs)
-        verdict = "met" if min(walls) <= TARGET_S else "missed here (the target is for an idle machine)"
-        print(
-            f"\nCLI 'sharewise recommend --json', {n_jobs} jobs on {n_gpus} GPUs, {runs} fresh processes: wall "
-            f"min {min(walls):.2f} s, median {statistics.median(walls):.2f} s; CPU (user + system) min "
-            f"{min(cpus):.2f} s, median {statistics.median(cpus):.2f} s (target <= {TARGET_S:.0f} s: {verdict})"
-        )
+        # The CLI as a user runs it, Python start-up and imports included, beside --help and bare Python.
+        report_cli(cli_runs(data, model, free_queue, n_gpus, runs), n_jobs, n_gpus)
+        if cli_only:
+            return
         scenarios = {
             "free": (free_queue, {"gpus": n_gpus}),
             "cluster": (
@@ -181,11 +216,12 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--jobs", type=int, default=100_000)
     parser.add_argument("--gpus", type=int, default=50_000)
     parser.add_argument("--cli-runs", type=int, default=5)
+    parser.add_argument("--cli-only", action="store_true", help="Only the fresh-process timings of the CLI.")
     args = parser.parse_args(argv)
     args.data_root = public_data_root(args.data_root)
     if not (args.data_root / "gavel").is_dir():
         raise SystemExit(f"public data not found under {args.data_root}; pass --data-root")
-    run(args.data_root, args.jobs, args.gpus, args.cli_runs)
+    run(args.data_root, args.jobs, args.gpus, args.cli_runs, args.cli_only)
 
 
 if __name__ == "__main__":

@@ -6,8 +6,10 @@ in their own setting, ``bench_pal_setting.py``; this event-driven suite leaves t
 Cells (issue 10): Gavel traces of different load (2869ce on 32 GPUs and 6214e9 on 160, light; e13805 on 16,
 heavy), each with the truth of each Gavel GPU (K80, P100, V100); the same Gavel traces on V100 with GPUs of
 varied speed (log-normal sigma 0.1, 1.2x for jobs spanning nodes) for the variability-aware policies;
-Philly (all 82,247 jobs, workloads drawn with seed 0) on ``--philly-gpus`` GPUs with the V100 truth; and a
-synthetic trace over the reference CPU workloads with the reference truth. Each cell runs twice: policies
+Philly (all 82,247 jobs, workloads drawn with seed 0) on ``--philly-gpus`` GPUs with the V100 truth; a
+synthetic trace over the reference CPU workloads with the reference truth; and small traces of reference workloads
+on 1 and 2 GPUs, arrivals a few seconds apart, as a new user tries them (issue 41's six jobs, and two of eight
+jobs drawn with seeds 0 and 1: ``small_traces``). Each cell runs twice: policies
 see out-of-fold predictions (each job's slowdown from a model that never saw its family), plus what they
 observe of running pairs (``predicted``), or the truth (``oracle``).
 
@@ -126,7 +128,42 @@ def prepare(data_root: Path, work: Path, philly_gpus: int, skip_philly: bool) ->
             Cell("synthetic/16 reference", str(synthetic), "reference", ref_device, 16, 8, view,
                  preds["reference"] if view == "predicted" else None, group="reference")
         )
+    for view in ("predicted", "oracle"):
+        for name, trace in small_traces(workloads).items():
+            path = write_generic_csv(trace, work / f"{name}.csv")
+            for gpus in (1, 2):
+                cells.append(
+                    Cell(f"{name}/{gpus} reference", str(path), "reference", ref_device, gpus, gpus, view,
+                         preds["reference"] if view == "predicted" else None, group="small")
+                )
     return cells
+
+
+#: Issue 41's six-job trace (reference workloads of 10-30 s, arrivals 2 s apart), as (workload, seconds).
+SIX_JOBS = (("resnet18", 20.0), ("lstm_lm", 15.0), ("bert", 30.0), ("ncf", 10.0), ("mobilenet_v2", 25.0),
+            ("a3c", 12.0))
+
+
+def small_traces(workloads: list[str]) -> dict:
+    """The small traces of the suite, by name: issue 41's six jobs, and eight jobs of 10-40 s over ``workloads``
+    arriving 1-5 s apart, drawn with seeds 0 and 1 (``numpy.random.Generator``). One GPU each."""
+    import numpy as np
+
+    from sharewise.datasets.traces import Trace
+
+    def trace(name, arrival, duration, workload):
+        n = len(arrival)
+        return Trace(job_id=np.array([f"j{i}" for i in range(n)], dtype=object), arrival=np.asarray(arrival, float),
+                     duration=np.asarray(duration, float), gpus=np.ones(n, np.int64),
+                     workload=np.asarray(workload, dtype=object), line=np.arange(2, n + 2), source=name, format="csv")
+
+    out = {"six": trace("six", 2.0 * np.arange(len(SIX_JOBS)), [d for _, d in SIX_JOBS], [w for w, _ in SIX_JOBS])}
+    for seed in (0, 1):
+        rng = np.random.default_rng(seed)
+        arrival = np.round(np.cumsum(np.r_[0.0, rng.uniform(1.0, 5.0, 7)]), 1)
+        duration = np.round(rng.uniform(10.0, 40.0, 8), 1)
+        out[f"eight-{seed}"] = trace(f"eight-{seed}", arrival, duration, rng.choice(np.asarray(workloads, object), 8))
+    return out
 
 
 def oof_predictions(data, work: Path, device: str, group_by: str) -> str:
@@ -248,14 +285,15 @@ def report(results: list[dict]) -> dict:
         cell = res["cell"]
         base = res["policies"]["exclusive-sjf"]["avg_jct"]
         print(f"\n{cell['name']} ({cell['view']}, {res['jobs']} jobs, {res['wall_s']:.0f} s)")
-        print(f"  {'policy':24s} {'avg JCT h':>9s} {'x excl-sjf':>10s} {'p95 h':>8s} {'SLO viol':>8s} "
-              f"{'makespan h':>10s} {'util':>5s} {'preempt':>7s}")
+        unit, u = (1.0, "s") if cell["group"] == "small" else (3600.0, "h")  # small traces last seconds
+        print(f"  {'policy':24s} {'avg JCT ' + u:>9s} {'x excl-sjf':>10s} {'p95 ' + u:>8s} {'SLO viol':>8s} "
+              f"{'makespan ' + u:>10s} {'util':>5s} {'preempt':>7s}")
         best = min(m["avg_jct"] for m in res["policies"].values())
         for n in names:
             m = res["policies"][n]
             mark = " *" if m["avg_jct"] <= best * (1 + WITHIN) else ""
-            print(f"  {n:24s} {m['avg_jct'] / 3600:9.2f} {m['avg_jct'] / base:10.3f} {m['p95_jct'] / 3600:8.1f} "
-                  f"{m['slo_violations']:8d} {m['makespan'] / 3600:10.0f} {m['utilization']:5.2f} "
+            print(f"  {n:24s} {m['avg_jct'] / unit:9.2f} {m['avg_jct'] / base:10.3f} {m['p95_jct'] / unit:8.1f} "
+                  f"{m['slo_violations']:8d} {m['makespan'] / unit:10.0f} {m['utilization']:5.2f} "
                   f"{m['preemptions']:7d}{mark}")
     summary: dict = {"cells": {}}
     for view in ("predicted", "oracle"):
@@ -301,6 +339,19 @@ def report(results: list[dict]) -> dict:
             ratios[name] = r["policies"][OURS]["avg_jct"] / oracle
             print(f"  {name:32s} {ratios[name]:.3f}")
     summary["predicted_over_oracle"] = ratios
+    print("\nsmall traces (reference workloads on 1 and 2 GPUs): sharewise / the best policy with no more SLO "
+          "violations (target <= 1.01):")
+    summary["small"] = {}
+    for (n, v), r in by_name.items():
+        if r["cell"]["group"] == "small":
+            ours = r["policies"][OURS]
+            kept = {k: m for k, m in r["policies"].items()
+                    if k != OURS and m["slo_violations"] <= ours["slo_violations"]}
+            rival = min(kept, key=lambda k: kept[k]["avg_jct"])
+            x = ours["avg_jct"] / kept[rival]["avg_jct"]
+            summary["small"][f"{n} ({v})"] = {"vs": rival, "ratio": x}
+            print(f"  {n:32s} {v:9s} {x:.3f} x {rival} ({ours['slo_violations']} vs {kept[rival]['slo_violations']} "
+                  "violations)")
     heavy = {n: r for (n, v), r in by_name.items() if v == "predicted" and n.startswith(HEAVY)}
     print("\nheavy cell (e13805 on 16 GPUs), predicted view: sharewise / exclusive-sjf (target <= 0.85):")
     summary["heavy_vs_exclusive_sjf"] = {}

@@ -9,6 +9,7 @@ ratio measured in the same run. Run on an idle machine:
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
@@ -35,10 +36,14 @@ def profile_once(workload: str, out: Path, cache: Path) -> float:
 
 
 def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("workloads", nargs="*", metavar="WORKLOAD", help="zoo workloads to profile (default: all)")
+    args = parser.parse_args(argv)
+
     from sharewise.datasets.store import Dataset
     from sharewise.profiler.workloads import REGISTRY
 
-    names = argv or sorted(REGISTRY)
+    names = args.workloads or sorted(REGISTRY)
     print(
         f"{'workload':16s} {'cold s':>8s} {'warm s':>8s} {'cold/target':>12s} {'features':>9s} "
         f"{'steps/s':>9s} {'CV':>6s}"

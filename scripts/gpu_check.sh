@@ -1,25 +1,36 @@
 #!/usr/bin/env bash
-# GPU check on one NVIDIA GPU, staged by value, each stage keeping what it finished:
-#   smoke     torch sees the GPU, `sharewise.cli` imports (else the run stops here), a few workloads step;
-#   tests     the @pytest.mark.gpu tests (a CUDA command job paused and resumed, an MPS pair, `run --device cuda`,
-#             NVML sampling);
-#   profile   solo profiles with the probe of 8 full-size zoo workloads from 8 families;
+# GPU check on one NVIDIA GPU, its stages ordered by value, each stage keeping what it finished:
+#   smoke     torch sees the GPU, `sharewise.cli` imports (else the run stops here), two workloads step;
+#   profile   solo profiles with the probe of 8 full-size zoo workloads from 8 families; run by the first mode's
+#             pair campaign when that is selected (its workers, on a pair member's host threads under the solo
+#             rule, then serve its pairs), else by `sharewise profile`;
 #   MODES     every pair of them (28 distinct + 8 self-pairs = 36, what `sharewise pairs` measures for 8
 #             workloads) per sharing mode: `timeslice`, then `mps` where NVIDIA MPS is installed (its profiles
-#             reuse the timeslice features from the feature cache; no probe there: MPS_PROBE=1 adds it);
+#             reuse the timeslice features from the feature cache; no probe there: MPS_PROBE=1 adds it); each
+#             campaign ends by itself within its budget (--time-budget) and extends, in the time left, the pairs
+#             whose interval missed CI_TARGET, its own first, then those recorded before (--extend, --retry-failed:
+#             longer windows, more repeats; what still misses is flagged `precision=missed` in its row);
 #   physical  `sharewise run` of a PHYS_JOBS-job trace drawn from PHYS_WORKLOADS under exclusive-sjf, sjf-bsbf and
 #             sharewise, knowing the pairs measured above (out-of-fold predictions, one workload held out at a
-#             time), with --compare-sim (this sitting's truth);
+#             time; with few pairs the predictions say how they widened), with --compare-sim (this sitting's truth);
+#   mps-split the split stage of the slowdown contract (issue 48): not in the code yet; MPS_SPLIT_CMD (a command
+#             line) runs in its place and budget (MPS_SPLIT_LIMIT), else it is skipped;
 #   command   a training script (tests/fixtures/cnn_train.py) as `NAME=cmd:...`, profiled next to the same
-#             model as a workload class, then paired with itself and with CMD_PARTNER.
+#             model as a class, then paired with itself and with CMD_PARTNER;
+#   tests     the @pytest.mark.gpu tests (a CUDA command job paused and resumed, an MPS pair, NVML sampling; `run
+#             --device cuda` only where the physical stage is not selected, which runs it for real).
+# With SEED=reference-h200 on an H200 the profiles are there, so the window goes to the missing pairs of both
+# modes first. The time plan of the stages (from the last H200 window's costs per step) is printed first;
+# PLAN=1 prints it and exits (no device used: PLAN_DEVICE names the device to plan for, e.g. "NVIDIA H200");
+# a run ends by printing the plan its own measured costs give (logs/plan.log).
 # Logs, the dataset, the physical run folder, `sharewise show`, the feature cache and a meta file (settings,
 # nvidia-smi, driver, CUDA and torch versions, pip list) are packed as ONE archive, OUT_DIR/gpu-check.tgz, and
 # nothing else is left in OUT_DIR (the device returns few files, and a campaign writes one Parquet file per pair).
 #
 # Usage: bash scripts/gpu_check.sh [OUT_DIR] [STAGES]
 #   OUT_DIR  default: $OUT/sharewise-gpu-check, or /tmp/sharewise-gpu-check without $OUT.
-#   STAGES   comma-separated, any of smoke,tests,profile,pairs (all MODES),physical,command or single MODES
-#            (default: all).
+#   STAGES   comma-separated, any of smoke,profile,pairs (all MODES),physical,mps-split,command,tests or single
+#            MODES (default: all).
 #
 # Time: each stage runs under `timeout` with its own budget, counted from when the first stage starts. Time
 # a stage leaves unused (it ended early or was skipped) carries over to the next stage, and no stage runs
@@ -35,20 +46,25 @@
 # Settings (environment; defaults are for the GPU run):
 #   PYTHON=python3   DEVICE=cuda:0   SIZE=full   MODES="timeslice mps" ("cpu" when DEVICE=cpu)
 #   WORKLOADS="resnet18 vgg16 mobilenet_v2 bert transformer lstm_lm ncf dcgan"  (spaces or commas)
-#   SMOKE_WORKLOADS (default: the first 4 of WORKLOADS)   PROFILE_MODE (default: the first of MODES, not mps)
-#   WINDOW=0.3 MIN_STEPS=3 REPEATS=2 MAX_REPEATS=3 CI_TARGET=5 PROFILE_REPEATS=3 ISOLATION=warm MPS_PROBE=0
+#   SMOKE_WORKLOADS (default: the first 2 of WORKLOADS)   PROFILE_MODE (default: the first of MODES, not mps)
+#   WINDOW=0.3 MIN_STEPS=3 REPEATS=3 MAX_REPEATS=6 CI_TARGET=5 EXTEND=1 PROFILE_REPEATS=3 ISOLATION=warm MPS_PROBE=0
 #   IDLE_WAIT=2 RUN_TIMEOUT=60   (--idle-wait and --timeout of one run, seconds)
-#   PHYS_JOBS=6 PHYS_MIN_S=3 PHYS_MAX_S=8 PHYS_LOAD=1.5 PHYS_SEED=0 PHYS_CALIBRATE=2
-#   PHYS_WORKLOADS="resnet18 bert ncf lstm_lm"  PHYS_POLICIES="exclusive-sjf sjf-bsbf sharewise"
+#   PHYS_JOBS=4 PHYS_MIN_S=3 PHYS_MAX_S=8 PHYS_LOAD=1.5 PHYS_SEED=0 PHYS_CALIBRATE=1 (every job, and each
+#   workload's calibration, is a new CUDA process: about 8.5 s of start-up each on the H200)
+#   PHYS_WORKLOADS="resnet18 bert ncf"  PHYS_POLICIES="exclusive-sjf sjf-bsbf sharewise"
 #   CMD_BATCH=64 CMD_PARTNER=resnet18 CMD_PROBE=1 (0: the command stage skips the probe windows)
-#   SMOKE_LIMIT=35 TESTS_LIMIT=70 PROFILE_LIMIT=80 PAIRS_LIMIT=120 (each mode; per mode: TIMESLICE_LIMIT,
-#   MPS_LIMIT=90, CPU_LIMIT, CPU_PARTITION_LIMIT)  PHYSICAL_LIMIT=100 COMMAND_LIMIT=45
-#   TOTAL_LIMIT=560 PACK_RESERVE=15 KILL_GRACE=10  (seconds)
+#   SMOKE_LIMIT=30 PROFILE_LIMIT=80 PAIRS_LIMIT=120 (each mode; per mode: TIMESLICE_LIMIT, MPS_LIMIT=200,
+#   CPU_LIMIT, CPU_PARTITION_LIMIT)  PHYSICAL_LIMIT=130 MPS_SPLIT_LIMIT=60 COMMAND_LIMIT=60 TESTS_LIMIT=45
+#   TOTAL_LIMIT=480 PACK_RESERVE=15 KILL_GRACE=10  (seconds; 480 s leaves a 15-minute device window room for a
+#   machine start and one rerun that resumes what was cut)
 #   KEEP_DIR: also copy the archive there (a folder outside $OUT, which the device empties before each command,
 #   so a rerun on the same warm machine resumes with RESUME=$KEEP_DIR/gpu-check.tgz and nothing carried)
 #   SHAREWISE_CACHE_DIR (default: a folder inside the archive, so a rerun on a fresh machine reuses the features)
-#   SEED: a shipped dataset to start from when there is nothing to resume (e.g. SEED=reference-h200 on an H200:
-#   only the profiles and pairs it lacks are measured)
+#   SEED: a shipped dataset (or a dataset folder) to start from when there is nothing to resume (e.g.
+#   SEED=reference-h200 on an H200: only the profiles and pairs it lacks are measured, and with the others'
+#   rows the physical stage's policies know more)
+#   PLAN=1: print the time plan and exit (PLAN=0: print none); PLAN_DEVICE: the device whose missing rows
+#   it counts
 # A CPU dry run: DEVICE=cpu SIZE=tiny WORKLOADS="a3c ncf dae_cf" MODES=cpu WINDOW=0.2 PHYS_WORKLOADS="a3c ncf"
 # CMD_PARTNER=ncf bash scripts/gpu_check.sh (the smoke stage's nvidia-smi and the GPU test stage are skipped there,
 # with the reason printed; tests/test_gpu_check.py runs it with every import refused that the GPU image lacks).
@@ -82,7 +98,7 @@ read -r -a MODE_LIST <<<"${MODES//,/ }"
 ((${#WL[@]} >= 1)) || fail_usage "WORKLOADS is empty; name at least one workload (sharewise workloads lists them)"
 ((${#MODE_LIST[@]} >= 1)) || fail_usage "MODES is empty; use e.g. MODES='timeslice mps' or, on the CPU, MODES=cpu"
 WL_CSV=$(IFS=,; echo "${WL[*]}")
-SMOKE_WORKLOADS=${SMOKE_WORKLOADS:-${WL[*]:0:4}}
+SMOKE_WORKLOADS=${SMOKE_WORKLOADS:-${WL[*]:0:2}}
 PROFILE_MODE=${PROFILE_MODE:-${MODE_LIST[0]}}
 # Profiles are kept per mode: the mps campaign profiles its workloads itself, under the daemon, so the
 # profile stage measures in the first mode that is not mps.
@@ -92,34 +108,36 @@ CI_TARGET=${CI_TARGET:-5}
 ISOLATION=${ISOLATION:-warm}
 IDLE_WAIT=${IDLE_WAIT:-2}
 RUN_TIMEOUT=${RUN_TIMEOUT:-60}
-PHYS_WORKLOADS=${PHYS_WORKLOADS:-resnet18 bert ncf lstm_lm}
+PHYS_WORKLOADS=${PHYS_WORKLOADS:-resnet18 bert ncf}
 PHYS_POLICIES=${PHYS_POLICIES:-exclusive-sjf sjf-bsbf sharewise}
 PHYS_MIN_S=${PHYS_MIN_S:-3}
 PHYS_MAX_S=${PHYS_MAX_S:-8}
 PHYS_LOAD=${PHYS_LOAD:-1.5}
-PHYS_CALIBRATE=${PHYS_CALIBRATE:-2}
+PHYS_CALIBRATE=${PHYS_CALIBRATE:-1}
 CMD_PARTNER=${CMD_PARTNER:-resnet18}
 CMD_PROBE=${CMD_PROBE:-1}
 read -r -a PHYS_WL <<<"${PHYS_WORKLOADS//,/ }"
 read -r -a PHYS_POL <<<"${PHYS_POLICIES//,/ }"
 int_env MIN_STEPS 3
-int_env REPEATS 2
-int_env MAX_REPEATS 3
+int_env REPEATS 3
+int_env MAX_REPEATS 6
+int_env EXTEND 1
 int_env PROFILE_REPEATS 3
 int_env MPS_PROBE 0
-int_env PHYS_JOBS 6
+int_env PHYS_JOBS 4
 int_env PHYS_SEED 0
 int_env CMD_BATCH 64
-int_env SMOKE_LIMIT 35
-int_env TESTS_LIMIT 70
+int_env SMOKE_LIMIT 30
+int_env TESTS_LIMIT 45
 int_env PROFILE_LIMIT 80
 int_env PAIRS_LIMIT 120
-int_env PHYSICAL_LIMIT 100
-int_env COMMAND_LIMIT 45
-int_env TOTAL_LIMIT 560
+int_env PHYSICAL_LIMIT 130
+int_env MPS_SPLIT_LIMIT 60
+int_env COMMAND_LIMIT 60
+int_env TOTAL_LIMIT 480
 int_env PACK_RESERVE 15
 int_env KILL_GRACE 10
-STAGES=${2:-${STAGES:-smoke,tests,profile,$(IFS=,; echo "${MODE_LIST[*]}"),physical,command}}
+STAGES=${2:-${STAGES:-smoke,profile,$(IFS=,; echo "${MODE_LIST[*]}"),physical,mps-split,command,tests}}
 
 export PYTHONUNBUFFERED=1 COLUMNS=${COLUMNS:-160}
 PY=${PYTHON:-python3}
@@ -132,6 +150,45 @@ else
 fi
 export PATH=$PATH:/usr/local/nvidia/bin
 SW=("$PY" -m sharewise)
+
+mode_budget() {  # the budget of a mode's campaign: ${MODE}_LIMIT (cpu-partition: CPU_PARTITION_LIMIT) or PAIRS_LIMIT
+  local var
+  var=$(echo "$1" | tr 'a-z-' 'A-Z_')_LIMIT
+  int_env "$var" "$PAIRS_LIMIT"
+  echo "${!var}"
+}
+[[ -z ${MPS_LIMIT:-} ]] && MPS_LIMIT=200
+for m in "${MODE_LIST[@]}"; do mode_budget "$m" >/dev/null || exit 2; done
+
+# The time plan (scripts/gpu_plan.py) reads the settings from the environment.
+plan_env() {
+  export WORKLOADS="${WL[*]}" MODES="${MODE_LIST[*]}" STAGES PROFILE_MODE DEVICE SIZE WINDOW REPEATS MAX_REPEATS \
+    EXTEND SMOKE_WORKLOADS PHYS_JOBS PHYS_MIN_S PHYS_MAX_S PHYS_WORKLOADS PHYS_POLICIES PHYS_CALIBRATE SMOKE_LIMIT \
+    TESTS_LIMIT PROFILE_LIMIT PHYSICAL_LIMIT MPS_SPLIT_LIMIT COMMAND_LIMIT TOTAL_LIMIT
+  local m
+  for m in "${MODE_LIST[@]}"; do export "LIMIT_$(echo "$m" | tr 'a-z-' 'A-Z_')=$(mode_budget "$m")"; done
+}
+seed_path() {  # the folder of SEED: a dataset folder, or the name of a dataset sharewise ships
+  if [[ -d $SEED ]]; then echo "$SEED"; return; fi
+  "$PY" -c "import sys; from sharewise.datasets.store import reference_path; print(reference_path(sys.argv[1]))" \
+    "$SEED" 2>/dev/null || fail_usage "SEED=$SEED is neither a dataset folder nor a dataset sharewise ships"
+}
+if [[ ${PLAN:-0} == 1 ]]; then  # the plan alone: nothing is measured, OUT_DIR is not touched
+  plan_ds=/nonexistent
+  plan_tmp=$(mktemp -d)
+  if [[ -n $RESUME ]]; then
+    tar xzf "$RESUME" -C "$plan_tmp" && plan_ds=$plan_tmp/gpu-check/dataset
+  elif [[ -f $OUT_DIR/gpu-check.tgz ]]; then
+    tar xzf "$OUT_DIR/gpu-check.tgz" -C "$plan_tmp" && plan_ds=$plan_tmp/gpu-check/dataset
+  elif [[ -n ${SEED:-} ]]; then
+    plan_ds=$(seed_path) || exit 2
+  fi
+  plan_env
+  "$PY" scripts/gpu_plan.py "$plan_ds"
+  code=$?
+  rm -rf "$plan_tmp"
+  exit $code
+fi
 
 # Everything goes to WORK; at the end WORK is packed as OUT_DIR/gpu-check.tgz and removed.
 ARCHIVE=$OUT_DIR/gpu-check.tgz
@@ -153,9 +210,10 @@ mkdir -p "$LOGS"
 # SEED: start from a shipped dataset's measurements (reference-h200 on an H200 with the same software), so a
 # window measures only what that dataset lacks; rows of another device or mode are kept and never resumed.
 if [[ -n ${SEED:-} && ! -d $DS ]]; then
-  seed_dir=$("$PY" -c "import sys; from sharewise.datasets.store import reference_path; print(reference_path(sys.argv[1]))" \
-    "$SEED") || fail_usage "SEED=$SEED is not a dataset sharewise ships"
-  mkdir -p "$DS" && cp -r "$seed_dir/profiles" "$seed_dir/pairs" "$DS/" && echo "seeded $DS from $SEED ($seed_dir)"
+  seed_dir=$(seed_path) || exit 2
+  mkdir -p "$DS"
+  for table in profiles pairs; do [[ -d $seed_dir/$table ]] && cp -r "$seed_dir/$table" "$DS/"; done
+  echo "seeded $DS from $SEED ($seed_dir)"
 fi
 
 say() { echo "=== [$(($(date +%s) - T0))s] $*"; }
@@ -173,14 +231,20 @@ skip_stage() {  # skip_stage NAME BUDGET REASON: its budget carries over to the 
   say "$1 skipped: $3"
   record "$1" skipped 0 "$3"
 }
+STAGE_MARGIN=8  # seconds a campaign's --time-budget leaves of its stage: its start, its workers' exit
+stage_limit() {  # stage_limit BUDGET: the seconds a stage of BUDGET started now gets (its budget, carried time)
+  local now limit
+  now=$(($(date +%s) - T0))
+  limit=$((SCHED0 + SCHEDULED + $1 - now))
+  ((limit > TOTAL_LIMIT - PACK_RESERVE - now)) && limit=$((TOTAL_LIMIT - PACK_RESERVE - now))
+  echo "$limit"
+}
 # run_stage NAME BUDGET CMD...: CMD under its limit, its output in logs/NAME.log and on stdout.
 run_stage() {
-  local name=$1 budget=$2 now limit began code secs
+  local name=$1 budget=$2 limit began code secs
   shift 2
+  limit=$(stage_limit "$budget")
   SCHEDULED=$((SCHEDULED + budget))
-  now=$(($(date +%s) - T0))
-  limit=$((SCHED0 + SCHEDULED - now))
-  ((limit > TOTAL_LIMIT - PACK_RESERVE - now)) && limit=$((TOTAL_LIMIT - PACK_RESERVE - now))
   if ((limit < 5)); then
     LAST_OUTCOME=skipped
     say "$name skipped: no time left (${limit}s of TOTAL_LIMIT=${TOTAL_LIMIT}s)"
@@ -230,6 +294,8 @@ write_meta() {
     echo "REPEATS=$REPEATS"
     echo "MAX_REPEATS=$MAX_REPEATS"
     echo "CI_TARGET=$CI_TARGET"
+    echo "EXTEND=$EXTEND"
+    echo "SEED=${SEED:-none}"
     echo "IDLE_WAIT=$IDLE_WAIT"
     echo "RUN_TIMEOUT=$RUN_TIMEOUT"
     echo "MPS_PROBE=$MPS_PROBE"
@@ -239,7 +305,7 @@ write_meta() {
     echo "PHYS_POLICIES=${PHYS_POL[*]}"
     echo "CMD_BATCH=$CMD_BATCH CMD_PARTNER=$CMD_PARTNER CMD_PROBE=$CMD_PROBE"
     echo "SMOKE_LIMIT=$SMOKE_LIMIT TESTS_LIMIT=$TESTS_LIMIT PROFILE_LIMIT=$PROFILE_LIMIT PAIRS_LIMIT=$PAIRS_LIMIT"
-    echo "PHYSICAL_LIMIT=$PHYSICAL_LIMIT COMMAND_LIMIT=$COMMAND_LIMIT"
+    echo "PHYSICAL_LIMIT=$PHYSICAL_LIMIT MPS_SPLIT_LIMIT=$MPS_SPLIT_LIMIT COMMAND_LIMIT=$COMMAND_LIMIT"
     for m in "${MODE_LIST[@]}"; do echo "limit_$m=$(mode_budget "$m")"; done
     echo "TOTAL_LIMIT=$TOTAL_LIMIT PACK_RESERVE=$PACK_RESERVE KILL_GRACE=$KILL_GRACE"
     echo
@@ -270,17 +336,12 @@ EOF
   } >>"$WORK/meta.txt"
 }
 
-mode_budget() {  # the budget of a mode's campaign: ${MODE}_LIMIT (cpu-partition: CPU_PARTITION_LIMIT) or PAIRS_LIMIT
-  local var
-  var=$(echo "$1" | tr 'a-z-' 'A-Z_')_LIMIT
-  int_env "$var" "$PAIRS_LIMIT"
-  echo "${!var}"
-}
-[[ -z ${MPS_LIMIT:-} ]] && MPS_LIMIT=90
-for m in "${MODE_LIST[@]}"; do mode_budget "$m" >/dev/null || exit 2; done
-
 say "gpu check: DEVICE=$DEVICE SIZE=$SIZE WORKLOADS='${WL[*]}' MODES='${MODE_LIST[*]}' -> $ARCHIVE"
 write_meta
+# The plan of this run's stages with the last H200 window's costs per step (logs/plan.log): before any stage,
+# so a window's first minute says whether its stages fit.
+plan_env
+[[ ${PLAN:-} == 0 ]] || timeout 30 "$PY" scripts/gpu_plan.py "$DS" 2>&1 | tee -a "$LOGS/plan.log"
 SCHED0=$(($(date +%s) - T0))
 
 # ---- smoke: nvidia-smi, torch on the device, a few workloads stepping -------------------------------------
@@ -352,20 +413,8 @@ EOF
   fi
 fi
 
-# ---- the GPU tests ---------------------------------------------------------------------------------------
-if selected tests; then
-  if [[ -n $ABORT ]]; then
-    skip_stage tests 0 "$ABORT"
-  elif [[ $DEVICE == cpu ]]; then
-    skip_stage tests "$TESTS_LIMIT" "the GPU tests need CUDA and DEVICE=cpu"
-  else
-    # -v names each test as it ends and faulthandler dumps the stacks of one that hangs: a cut stage says where.
-    run_stage tests "$TESTS_LIMIT" "$PY" -m pytest -v -p no:cacheprovider -o faulthandler_timeout=50 --durations=0 \
-      -m gpu tests/test_gpu.py tests/test_nvml.py tests/test_command_runs.py tests/test_pairs.py
-  fi
-fi
-
 # ---- solo profiles with the probe (only the workloads the dataset lacks, so a rerun resumes) -----------------
+PROFILE_BUDGET=0  # seconds of the profile stage's budget the first mode's campaign takes over (it profiles)
 missing_profiles() {
   [[ -d $DS/profiles ]] || { echo "${WL[*]}"; return; }
   "$PY" - "$DS" "$DEVICE" "$PROFILE_MODE" "$SIZE" "${WL[@]}" <<'EOF' 2>/dev/null || echo "${WL[*]}"
@@ -386,6 +435,12 @@ if selected profile; then
     read -r -a TODO <<<"$(missing_profiles)"
     if ((${#TODO[@]} == 0)); then
       skip_stage profile "$PROFILE_LIMIT" "every workload already has a $PROFILE_MODE profile in the dataset"
+    elif [[ " ${MODE_LIST[*]} " == *" $PROFILE_MODE "* ]] && { selected "$PROFILE_MODE" || selected pairs; }; then
+      # Under the solo rule a profile's worker is one its pairs can use: the campaign profiles in the workers
+      # its pairs then take, where a profile stage's would end with it. Its budget goes to that campaign.
+      PROFILE_BUDGET=$PROFILE_LIMIT
+      skip_stage profile "$PROFILE_LIMIT" \
+        "${#TODO[@]} profile(s) left to pairs-$PROFILE_MODE, whose pairs reuse their workers"
     else
       run_stage profile "$PROFILE_LIMIT" "${SW[@]}" profile "${TODO[@]}" --device "$DEVICE" --mode "$PROFILE_MODE" \
         --size "$SIZE" --out "$DS" --window "$WINDOW" --min-steps "$MIN_STEPS" --repeats "$PROFILE_REPEATS" \
@@ -406,9 +461,18 @@ for m in "${MODE_LIST[@]}"; do
     # mps profiles take the timeslice features from the cache; their probe windows are optional (MPS_PROBE).
     probe=()
     [[ $m == mps && $MPS_PROBE == 0 ]] && probe=(--no-probe)
+    # The campaign ends by itself within its own budget (and the profile stage's, where it profiles), so time
+    # it leaves carries over to the next stage rather than the extensions of its pairs (the next mode's
+    # missing pairs are worth more), and a stage limit never cuts a pair half-way.
+    own=$budget
+    [[ $m == "$PROFILE_MODE" ]] && own=$((budget + PROFILE_BUDGET))
+    hard=$(stage_limit "$budget")
+    ((own > hard)) && own=$hard
+    ((own = own > STAGE_MARGIN ? own - STAGE_MARGIN : 1))
     run_stage "pairs-$m" "$budget" "${SW[@]}" pairs -w "$WL_CSV" --device "$DEVICE" --mode "$m" --size "$SIZE" \
       --out "$DS" --isolation "$ISOLATION" --window "$WINDOW" --min-steps "$MIN_STEPS" --repeats "$REPEATS" \
-      --max-repeats "$MAX_REPEATS" --ci-target "$CI_TARGET" --idle-wait "$IDLE_WAIT" --timeout "$RUN_TIMEOUT" \
+      --max-repeats "$MAX_REPEATS" --ci-target "$CI_TARGET" --extend "$EXTEND" --retry-failed \
+      --idle-wait "$IDLE_WAIT" --timeout "$RUN_TIMEOUT" --time-budget "$own" \
       "${probe[@]}"
   fi
 done
@@ -442,6 +506,17 @@ if selected physical; then
   fi
 fi
 
+# ---- the split stage of the slowdown contract (issue 48): a placeholder until that stage exists --------------
+if selected mps-split; then
+  if [[ -n $ABORT ]]; then
+    skip_stage mps-split 0 "$ABORT"
+  elif [[ -z ${MPS_SPLIT_CMD:-} ]]; then
+    skip_stage mps-split "$MPS_SPLIT_LIMIT" "not in the code yet (issue 48); MPS_SPLIT_CMD runs a command here"
+  else
+    run_stage mps-split "$MPS_SPLIT_LIMIT" bash -c "$MPS_SPLIT_CMD"
+  fi
+fi
+
 # ---- a training command next to the same model as a class, and paired with a built-in workload ---------------
 # Its own dataset (CMD_DS), so the main one stays the 8 workloads' complete matrix.
 CMD_DS=$WORK/command-dataset
@@ -465,14 +540,30 @@ if selected command; then
         --idle-wait "$IDLE_WAIT" --timeout "$RUN_TIMEOUT" "${probe[@]}" || return
       "${SW[@]}" pairs -w "$cmd_spec" -w "$CMD_PARTNER" --device "$DEVICE" --mode "$profile_mode" --size "$SIZE" \
         --out "$CMD_DS" --isolation "$ISOLATION" --window "$WINDOW" --min-steps "$MIN_STEPS" --repeats "$REPEATS" \
-        --max-repeats "$MAX_REPEATS" --ci-target "$CI_TARGET" --idle-wait "$IDLE_WAIT" --timeout "$RUN_TIMEOUT" \
-        "${probe[@]}"
+        --max-repeats "$MAX_REPEATS" --ci-target "$CI_TARGET" --extend "$EXTEND" --idle-wait "$IDLE_WAIT" \
+        --timeout "$RUN_TIMEOUT" "${probe[@]}"
     }
     export -f command_stage
     export PY DEVICE SIZE CMD_DS CMD_BATCH CMD_PARTNER CMD_PROBE WINDOW MIN_STEPS PROFILE_REPEATS IDLE_WAIT RUN_TIMEOUT \
-      ISOLATION REPEATS MAX_REPEATS CI_TARGET cmd_spec class_spec profile_mode
+      ISOLATION REPEATS MAX_REPEATS CI_TARGET EXTEND cmd_spec class_spec profile_mode
     run_stage command "$COMMAND_LIMIT" bash -c 'SW=("$PY" -m sharewise); command_stage'
     [[ $LAST_OUTCOME == ok ]] && touch "$WORK/command.done"
+  fi
+fi
+
+# ---- the GPU tests (last: the measuring stages above check the same paths and keep what they measure) -----
+if selected tests; then
+  if [[ -n $ABORT ]]; then
+    skip_stage tests 0 "$ABORT"
+  elif [[ $DEVICE == cpu ]]; then
+    skip_stage tests "$TESTS_LIMIT" "the GPU tests need CUDA and DEVICE=cpu"
+  else
+    # `run --device cuda` starts a CUDA process per job (over a minute): the physical stage runs it for real.
+    deselect=()
+    selected physical && deselect=(--deselect tests/test_gpu.py::test_a_short_run_on_the_gpu_finishes_every_job)
+    # -v names each test as it ends and faulthandler dumps the stacks of one that hangs: a cut stage says where.
+    run_stage tests "$TESTS_LIMIT" "$PY" -m pytest -v -p no:cacheprovider -o faulthandler_timeout=40 --durations=0 \
+      -m gpu "${deselect[@]}" tests/test_gpu.py tests/test_nvml.py tests/test_command_runs.py tests/test_pairs.py
   fi
 fi
 
@@ -501,6 +592,13 @@ else
 fi
 if [[ -d $CMD_DS ]]; then
   timeout 20 "${SW[@]}" show "$CMD_DS" >"$WORK/show-command.txt" 2>&1 || echo "(sharewise show failed)" >>"$WORK/show-command.txt"
+fi
+
+# The plan of a fresh run of these stages from this run's own measured costs (its rows' pair and profile seconds,
+# its stages' seconds): on a CPU dry run, the plan its machine gives.
+if [[ ${PLAN:-} != 0 ]]; then
+  echo "--- with this run's measured costs, for a fresh start:" >>"$LOGS/plan.log"
+  timeout 30 "$PY" scripts/gpu_plan.py /nonexistent --measured "$WORK" 2>&1 | tee -a "$LOGS/plan.log"
 fi
 
 say "pack"

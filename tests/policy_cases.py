@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sharewise.engine.interface import ClusterState, Queue
+from sharewise.engine.policy_types import ClusterState, Queue
 from sharewise.engine.table import SlowdownTable
 
 WORKLOADS = ["a", "b", "c"]

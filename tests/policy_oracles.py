@@ -10,14 +10,19 @@ implementation, the slow copy a test oracle). Nothing here calls a kernel.
 - ``take_victims`` and ``urgent_restarts``: the victim-taking rule of urgent restarts (``ours.victims``).
 - ``lone_victims`` and ``srpt_preemptions``: SLO-guarded SRPT (``ours.srpt``).
 - ``rescue_pauses``: the SLO rescue of pairs, two-job groups and hubs (``ours.rescue``).
+- ``reserved_head``, ``shadow_time``, ``easy_walk``, ``join_change``: the reservation (``ours.reservation``), which
+  ``sharewise_placements`` and ``srpt_preemptions`` apply.
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from sharewise.engine.interface import ClusterState, Placement, Queue, in_order
+from sharewise.engine.policy_types import ClusterState, Placement, Queue
+from sharewise.engine.queue_order import in_order
 from sharewise.engine.table import SlowdownTable
 
 
@@ -88,8 +93,14 @@ def pair_constants(table: SlowdownTable, quantile: str):
 
 
 def release_times(cluster: ClusterState, table: SlowdownTable, started: dict[int, float] | None = None) -> np.ndarray:
-    """Every GPU's predicted release (p50), ascending: 0 free, a lone job's remaining over the GPU's speed, a
-    pair's later end; a free GPU the call just gave a job (``started``: GPU -> its remaining time) when it ends."""
+    """Every GPU's predicted release (p50), ascending (``gpu_release_times`` sorted)."""
+    return np.sort(gpu_release_times(cluster, table, started))
+
+
+def gpu_release_times(cluster: ClusterState, table: SlowdownTable, started: dict[int, float] | None = None
+                      ) -> np.ndarray:
+    """Each GPU's predicted release (p50), by GPU: 0 free, a lone job's remaining over the GPU's speed, a pair's
+    later end; a free GPU the call just gave a job (``started``: GPU -> its remaining time) when it ends."""
     resident, occupancy = cluster.resident, cluster.occupancy()
     want = np.zeros(cluster.n_gpus)
     for g, rem in (started or {}).items():
@@ -103,14 +114,16 @@ def release_times(cluster: ClusterState, table: SlowdownTable, started: dict[int
     s_ba = np.where(table.allowed[wb, wa], table.p50[wb, wa], 1.0)
     c_a, c_b = shared_completion(cluster.job_remaining[a], cluster.job_remaining[b], s_ab, s_ba)
     want[two] = np.maximum(c_a, c_b) / cluster.speed[two]
-    return np.sort(want)
+    return want
 
 
 def savings(wl_a, rem_a, release_a, wl_b, e_b, budget, speed_b, tab, q_slo, q_gain, max_slowdown, budget_a=None,
-            joinable=None):
+            joinable=None, reserve=None):
     """The sharing saving over the whole (jobs x GPUs) grid, ``-inf`` where forbidden. ``budget_a`` (jobs x GPUs):
     what the SLO leaves a preempted joiner (NaN for a job that never ran); ``joinable`` (GPUs): False where the
-    resident shares another of its GPUs."""
+    resident shares another of its GPUs. With ``reserve = (t, spare, exempt)`` (``exempt``: the rows of the
+    reserved job) also the cells that take a spare GPU (a resident released by ``t`` whose pair ends later, at
+    ``q_slo``), forbidden where ``spare`` is 0: ``(saving, costly)``."""
     ok = tab.allowed
     q = np.where(ok, getattr(tab, q_slo), 1.0)
     g = np.where(ok, getattr(tab, q_gain), 1.0)
@@ -131,7 +144,15 @@ def savings(wl_a, rem_a, release_a, wl_b, e_b, budget, speed_b, tab, q_slo, q_ga
         slo &= joinable[None, :]
     gain_first = g_ab * ea <= g_ba * eb
     stretch = np.where(gain_first, ea * (2 * g_ab - 1 - g_ab / g_ba), eb * (2 * g_ba - 1 - g_ba / g_ab))
-    return np.where(slo, np.minimum(eb, release_a[:, None]) - stretch, -np.inf)
+    if reserve is None:
+        return np.where(slo, np.minimum(eb, release_a[:, None]) - stretch, -np.inf)
+    t, spare, exempt = reserve
+    last_end = np.where(a_first, eb + ea * (q_ab * (1 - 1 / q_ba)), ea + eb * (q_ba * (1 - 1 / q_ab)))
+    costly = slo & (eb <= t) & (last_end > t) & ~np.asarray(exempt, dtype=bool)[:, None]
+    if spare <= 0:
+        slo &= ~costly
+        costly &= False
+    return np.where(slo, np.minimum(eb, release_a[:, None]) - stretch, -np.inf), costly
 
 
 def sjf_walk(keys: np.ndarray, gpus: np.ndarray, n_free: int, head: int) -> tuple[list[int], list[int]]:
@@ -172,14 +193,74 @@ def multi_join_holds(job, wl, rem, shared, sp, cluster: ClusterState, q, n, now,
     return True
 
 
+def reserved_head(queue: Queue, n_free: int, n_gpus: int, share: float) -> int:
+    """The reserved job's queue position (``-1``: none): walking the queue shortest remaining first (ties: the
+    lower position), the first job that asks for more GPUs than those before it leave free, where it asks for at
+    least ``max(2, share x n_gpus)`` GPUs and at most ``n_gpus``."""
+    for i in sorted(range(len(queue)), key=lambda i: (float(queue.remaining[i]), i)):
+        k = int(queue.gpus[i])
+        if k > n_free:
+            return i if max(2.0, share * n_gpus) <= k <= n_gpus else -1
+        n_free -= k
+    return -1
+
+
+def shadow_time(release: np.ndarray, k: int) -> tuple[float, int]:
+    """``(T, spare)``: the ``k``-th soonest release, and the GPUs beyond ``k`` released by then."""
+    t = float(np.sort(release)[k - 1])
+    return t, int(np.count_nonzero(release <= t)) - k
+
+
+def change(before: float, after: float, t: float) -> int:
+    """What moving a GPU's release from ``before`` to ``after`` does to the spare GPUs at shadow time ``t``."""
+    return int(after <= t) - int(before <= t)
+
+
+def easy_walk(order, gpus, ends, n_free: int, limit: int, t: float, spare: int):
+    """EASY's test in the order given: a job starts where it fits and ends by ``t`` or takes spare GPUs; the others
+    wait, the walk stopping after ``limit`` of them. ``(starting, waiting, spare)``."""
+    starting, waiting = [], []
+    for i in order:
+        fits, on_time = int(gpus[i]) <= n_free, ends[i] <= t
+        if fits and (on_time or int(gpus[i]) <= spare):
+            starting.append(i)
+            n_free -= int(gpus[i])
+            spare -= 0 if on_time else int(gpus[i])
+            continue
+        waiting.append(i)
+        if len(waiting) >= limit:
+            break
+    return starting, waiting, spare
+
+
+def join_change(free, shared, wl, ea, partner_wl, remaining, speed, q, n, t) -> int:
+    """The spare GPUs a multi-GPU join takes (negative) or gives: the joiner (``ea`` seconds left alone) ends by
+    ``max q x ea`` on the ``free`` GPUs it takes, each resident of ``shared`` by ``min(q_ba e_b, e_b + t_a (1 -
+    1/q_ba))``; a shared GPU is released at the later of the two."""
+    t_a = max([0.0] + [float(q[wl * n + partner_wl[g]]) for g in shared]) * ea
+    total = sum(change(0.0, t_a, t) for _ in free)
+    for g in shared:
+        q_ba, eb = float(q[partner_wl[g] * n + wl]), remaining[g] / speed[g]
+        total += change(eb, max(t_a, min(q_ba * eb, eb + t_a * (1 - 1 / q_ba))), t)
+    return total
+
+
 def sharewise_placements(queue: Queue, cluster: ClusterState, table: SlowdownTable, now: float, max_slowdown: float,
                          head: int = 24, quantile: str = "p90", slo_quantile: str = "p90",
-                         order: str = "sjf", share_fresh: str = "idle") -> list[Placement]:
+                         order: str = "sjf", share_fresh: str = "idle", reserve_share: float = 0.5,
+                         reservation: bool = False):
     """``sharewise(..., preempt=False)`` step by step: candidates, the SJF walk, free GPUs longest first (packed,
     or PAL's fastest block where placements differ in speed), then multi-GPU joins and the single-GPU joins:
     shortest waiting job first on the GPU where it saves most (``order="sjf"``), or one assignment maximizing the
     summed saving (``"sum"``). A job started alone in this call may be joined where ``share_fresh`` is
-    ``"always"``, or ``"idle"`` and no job ran at the call."""
+    ``"always"``, or ``"idle"`` and no job ran at the call.
+
+    The reservation (``reserve_share``): ``reserved_head``. The jobs ahead of it in SJF order start first; its
+    shadow time is set on the GPUs' releases then; the others start in SJF
+    order by ``easy_walk`` (ending at most at their remaining time over the slowest free GPU, over the cross-node
+    slowdown where they ask for several GPUs); joins take spare GPUs where they hold a GPU released by the
+    shadow time past it (``savings``, ``join_change``), the reserved job joining ends the reservation. With
+    ``reservation``, return ``(placements, (job, shadow, spare))``."""
     resident, node, n_wl = cluster.resident, cluster.node, len(table)
     occupancy = cluster.occupancy()
     fresh_ok = share_fresh == "always" or (share_fresh == "idle" and occupancy.sum() == 0)
@@ -190,26 +271,56 @@ def sharewise_placements(queue: Queue, cluster: ClusterState, table: SlowdownTab
     alone = np.bincount(partner_wl[partner >= 0], minlength=n_wl)
     usable = n_free + (table.allowed.astype(np.int64) @ alone if alone.sum() else 0)
     cand = np.flatnonzero(queue.gpus <= np.broadcast_to(usable, (n_wl,))[queue.workload])
-    if len(queue) == 0 or (n_free == 0 and alone.sum() == 0):
-        return []
-    starting, waiting = sjf_walk(queue.remaining[cand], queue.gpus[cand], n_free, head)
-    starting, waiting = cand[starting].tolist(), cand[waiting]
+    r_pos = reserved_head(queue, n_free, cluster.n_gpus, reserve_share) if len(queue) else -1
+    r_job, t, spare = (int(queue.job[r_pos]), math.inf, 0) if r_pos >= 0 else (-1, math.inf, 0)
     placements, started = [], {}
-    for i in by_sensitivity(queue, starting):
-        job, k = int(queue.job[i]), int(queue.gpus[i])
-        speed = cluster.speed_of(job)
-        if cluster.cross_node_slowdown == 1.0 and bool(np.all(speed == speed[0])):
-            gpus = pick_free_gpus(occupancy == 0, node, k)
-        else:
-            gpus = fastest_block(occupancy == 0, speed, node, k, cluster.cross_node_slowdown)
-        occupancy[gpus] += 1
-        partner[gpus], partner_wl[gpus], remaining[gpus] = job, queue.workload[i], queue.remaining[i]
-        started.update({int(g): float(queue.remaining[i]) for g in gpus})
-        placements.append(Placement(job, tuple(sorted(int(g) for g in gpus))))
+
+    def done(out):
+        return (out, (r_job, t, spare)) if reservation else out
+
+    def start(positions):
+        for i in by_sensitivity(queue, positions):
+            job, k = int(queue.job[i]), int(queue.gpus[i])
+            speed = cluster.speed_of(job)
+            if cluster.cross_node_slowdown == 1.0 and bool(np.all(speed == speed[0])):
+                gpus = pick_free_gpus(occupancy == 0, node, k)
+            else:
+                gpus = fastest_block(occupancy == 0, speed, node, k, cluster.cross_node_slowdown)
+            occupancy[gpus] += 1
+            partner[gpus], partner_wl[gpus], remaining[gpus] = job, queue.workload[i], queue.remaining[i]
+            started.update({int(g): float(queue.remaining[i]) for g in gpus})
+            placements.append(Placement(job, tuple(sorted(int(g) for g in gpus))))
+
+    if r_pos < 0:
+        if len(queue) == 0 or (n_free == 0 and alone.sum() == 0):
+            return done([])
+        starting, waiting = sjf_walk(queue.remaining[cand], queue.gpus[cand], n_free, head)
+        start(cand[starting].tolist())
+        waiting = cand[waiting]
+    else:
+        if n_free == 0 and alone.sum() == 0:
+            cand = cand[:0]
+
+        def key(i):
+            return float(queue.remaining[i]), int(i)
+
+        ahead = [int(i) for i in cand if key(i) < key(r_pos)]
+        start(ahead)
+        t, spare = shadow_time(gpu_release_times(cluster, table, started), int(queue.gpus[r_pos]))
+        free = occupancy == 0
+        speeds = cluster.class_speed if cluster.class_speed is not None and cluster.job_class is not None else (
+            cluster.speed[None, :])
+        slowest = float(speeds[:, free].min()) if free.any() else math.inf
+        ends = {int(i): float(queue.remaining[i]) / slowest * (cluster.cross_node_slowdown if queue.gpus[i] > 1
+                                                               else 1.0) for i in cand}
+        behind = sorted((int(i) for i in cand if int(i) not in set(ahead)), key=key)
+        later, waiting, spare = easy_walk(behind, queue.gpus, ends, int(free.sum()), head, t, spare)
+        start(later)
+        waiting = np.array(waiting, dtype=np.int64)
     n_free = int((occupancy == 0).sum())
     single = np.flatnonzero(partner >= 0)
     if waiting.shape[0] == 0 or single.shape[0] == 0:
-        return placements
+        return done(placements)
     k_a = queue.gpus[waiting]
     rel = release_times(cluster, table, started)
     m = min(int(k_a.sum()) + 1, cluster.n_gpus)
@@ -221,9 +332,9 @@ def sharewise_placements(queue: Queue, cluster: ClusterState, table: SlowdownTab
     ran = now - cluster.job_start[res]  # NaN: started in this call, joinable only where fresh_ok (ran 0)
     bud = budget(max_slowdown, cluster.job_work[res], sp, np.where(np.isnan(ran), 0.0, ran) if fresh_ok else ran)
     bud_a = budget(max_slowdown, cluster.job_work[job_a][:, None], sp[None, :], now - cluster.job_start[job_a][:, None])
-    saving = savings(queue.workload[waiting], queue.remaining[waiting], release_a, partner_wl[single],
-                     remaining[single] / sp, bud, sp, table, slo_quantile, quantile, max_slowdown, bud_a,
-                     ~shared_elsewhere[res])
+    saving, costly = savings(queue.workload[waiting], queue.remaining[waiting], release_a, partner_wl[single],
+                             remaining[single] / sp, bud, sp, table, slo_quantile, quantile, max_slowdown, bud_a,
+                             ~shared_elsewhere[res], (t, spare, job_a == r_job))
     n_good = (saving > 0).sum(axis=1)
     q = pair_constants(table, slo_quantile)[1]
     taken = np.zeros(single.shape[0], dtype=bool)
@@ -238,10 +349,18 @@ def sharewise_placements(queue: Queue, cluster: ClusterState, table: SlowdownTab
         free = pick_free_gpus(occupancy == 0, node, n_free) if n_free else None
         gpus = single[best] if free is None else np.concatenate([free, single[best]])
         i = int(waiting[r])
+        sp_min = float(cluster.speed[gpus].min())
         if not multi_join_holds(int(queue.job[i]), int(queue.workload[i]), float(queue.remaining[i]), single[best],
-                                float(cluster.speed[gpus].min()), cluster, q, n_wl, now, max_slowdown, partner,
-                                partner_wl, remaining):
+                                sp_min, cluster, q, n_wl, now, max_slowdown, partner, partner_wl, remaining):
             continue
+        if int(queue.job[i]) == r_job:
+            t = math.inf
+        elif t < math.inf:
+            delta = join_change([] if free is None else free, single[best], int(queue.workload[i]),
+                                float(queue.remaining[i]) / sp_min, partner_wl, remaining, cluster.speed, q, n_wl, t)
+            if spare + delta < 0:
+                continue
+            spare += delta
         taken[best] = True
         occupancy[gpus] += 1
         n_free = int((occupancy == 0).sum())
@@ -249,22 +368,23 @@ def sharewise_placements(queue: Queue, cluster: ClusterState, table: SlowdownTab
     rows = np.flatnonzero((k_a == 1) & ((saving > 0) & ~taken[None, :]).any(axis=1))
     cols = np.flatnonzero(((saving[k_a == 1] > 0) & ~taken[None, :]).any(axis=0))
     if rows.shape[0] == 0:
-        return placements
-    gain = saving[np.ix_(rows, cols)]
+        return done(placements)
+    gain, costly = saving[np.ix_(rows, cols)], costly[np.ix_(rows, cols)]
     if order == "sjf":
         free = np.ones(cols.shape[0], dtype=bool)
         for r in range(rows.shape[0]):
-            row = np.where(free & (gain[r] > 0), gain[r], -np.inf)
+            row = np.where(free & (gain[r] > 0) & (~costly[r] | (spare > 0)), gain[r], -np.inf)
             c = int(np.argmax(row))
             if row[c] > 0:
                 free[c] = False
+                spare -= int(costly[r, c])
                 placements.append(Placement(int(queue.job[waiting[rows[r]]]), (int(single[cols[c]]),)))
-        return placements
-    cost = np.hstack([np.where(gain > 0, -gain, 1e18), np.zeros((rows.shape[0], rows.shape[0]))])
+        return done(placements)
+    cost = np.hstack([np.where((gain > 0) & ~costly, -gain, 1e18), np.zeros((rows.shape[0], rows.shape[0]))])
     for r, c in zip(*linear_sum_assignment(cost), strict=True):
         if c < cols.shape[0] and cost[r, c] < 1e18:
             placements.append(Placement(int(queue.job[waiting[rows[r]]]), (int(single[cols[c]]),)))
-    return placements
+    return done(placements)
 
 
 def take_victims(victims: dict, ok: np.ndarray, free: np.ndarray, resident: np.ndarray, node: np.ndarray, k: int):
@@ -365,14 +485,20 @@ def lone_victims(occupancy: np.ndarray, cluster: ClusterState, excluded, now: fl
 
 def srpt_preemptions(queue: Queue, started, stopped, occupancy: np.ndarray, cluster: ClusterState, now: float,
                      slo: float, delay: float, ratio: float, share: float, urgency: float, max_stops: int,
-                     head: int):
+                     head: int, reserved=(-1, math.inf, 0)):
     """SLO-guarded SRPT: the waiting jobs not ``started``, shortest remaining first (the first ``head``), each
     taking the GPUs of victims whose remaining time exceeds ``ratio`` times its own plus ``delay`` and that keep
     their urgency slack after waiting (its run time + ``delay``) / ``share``; at most ``max_stops`` victims. A
     job for which no victim qualifies ends the call (none qualifies for the longer ones); one whose free GPUs
-    suffice, or whose size once found too few victims' GPUs, is passed. ``([(queue position, gpus)], stops)``."""
+    suffice, or whose size once found too few victims' GPUs, is passed. A job other than the ``reserved`` one
+    (``(job, shadow, spare)``) starts only where the spare GPUs stay >= 0: a free GPU it takes was released at 0, a
+    victim's at the victim's end, released at the job's end (its remaining time at its slowest GPU's speed, over
+    the cross-node slowdown where they span nodes) or now. ``([(queue position, gpus)], stops)``."""
     if len(started) == len(queue):
         return [], []
+    r_job, t, spare = reserved
+    if r_job in set(int(j) for j in started):
+        t = math.inf
     done = np.isin(queue.job, np.asarray(started, dtype=np.int64))
     victims = lone_victims(occupancy, cluster, [*stopped, *started], now, slo, delay, urgency)
     occ = np.array(occupancy, copy=True)
@@ -410,6 +536,17 @@ def srpt_preemptions(queue: Queue, started, stopped, occupancy: np.ndarray, clus
         if picked is None:
             continue
         used = [v for v in chosen if set(victims[v]["gpus"]) & set(picked.tolist())]
+        if int(queue.job[i]) == r_job:
+            t = math.inf
+        elif t < math.inf:
+            spans = np.unique(cluster.node[picked]).shape[0] > 1
+            end = r / (float(cluster.speed[picked].min()) / (cluster.cross_node_slowdown if spans else 1.0))
+            delta = sum(change(0.0, end, t) for g in picked.tolist() if occ[g] == 0)
+            delta += sum(change(victims[v]["remaining"], end if g in set(picked.tolist()) else 0.0, t)
+                         for v in used for g in victims[v]["gpus"])
+            if spare + delta < 0:
+                continue
+            spare += delta
         for v in used:
             taken[v] = True
             occ[victims[v]["gpus"]] = 0

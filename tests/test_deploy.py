@@ -369,7 +369,9 @@ def test_ray_plan_runs_each_pair_on_one_gpu(tmp_path, model):
         got = dict(zip(refs, ray.get(list(refs.values()), timeout=120), strict=True))
     finally:
         ray.shutdown()
-    assert sorted(got) == sorted(f"j{i}" for i in range(1, 9))
+    # Every placed job ran (a pair over the SLO at p90 leaves a job waiting, not placed).
+    assert sorted(got) == sorted(j["job_id"] for p in ns["PLACEMENTS"] for j in p["jobs"])
+    assert len(got) >= 6 and any(len(p["jobs"]) == 2 for p in ns["PLACEMENTS"])
     seen = set()
     for p in ns["PLACEMENTS"]:
         places = {(tuple(got[j["job_id"]]["gpu_ids"]), got[j["job_id"]]["group"]) for j in p["jobs"]}

@@ -32,11 +32,13 @@ DRY_RUN = {
     "MAX_REPEATS": "2",
     "PROFILE_REPEATS": "2",
     "CI_TARGET": "50",
+    "EXTEND": "0",  # extensions cost time; tests/test_profiler_campaign.py runs one for real
     "IDLE_WAIT": "0",
     "RUN_TIMEOUT": "60",
     "SMOKE_LIMIT": "60",
     "PROFILE_LIMIT": "120",
     "CPU_LIMIT": "180",
+    "TESTS_LIMIT": "45",
     "PHYS_WORKLOADS": "a3c ncf",
     "PHYS_JOBS": "3",
     "PHYS_MIN_S": "1",
@@ -110,6 +112,9 @@ def test_cpu_dry_run_packs_profiles_and_every_pair(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "tests skipped: the GPU tests need CUDA and DEVICE=cpu" in proc.stdout
     assert "nvidia-smi skipped (DEVICE=cpu" in proc.stdout
+    # The profiles are measured by the first mode's campaign, in the workers its pairs then use (the solo rule).
+    assert "profile skipped: 2 profile(s) left to pairs-cpu, whose pairs reuse their workers" in proc.stdout
+    assert "mps-split skipped: not in the code yet (issue 48)" in proc.stdout
 
     work = unpack(out, tmp_path / "x")
     ds = Dataset(work / "dataset")
@@ -124,6 +129,8 @@ def test_cpu_dry_run_packs_profiles_and_every_pair(tmp_path):
     assert len(expected) == 3 and got == expected
     assert (pairs["status"] == "ok").all(), pairs[["workload_a", "workload_b", "status", "error"]]
     assert set(pairs["mode"]) == {"cpu"} and set(pairs["isolation"]) == {"warm"}
+    # Each row says whether its interval met CI_TARGET; a miss is flagged, never shipped as equal.
+    assert set(pairs["precision"]) <= {"met", "missed"} and (pairs["ci_target"] == 0.5).all()
 
     meta = (work / "meta.txt").read_text()
     for line in (
@@ -134,6 +141,7 @@ def test_cpu_dry_run_packs_profiles_and_every_pair(tmp_path):
         "WINDOW=0.2",
         "REPEATS=2",
         "MAX_REPEATS=2",
+        "EXTEND=0",
         "limit_cpu=180",
         "nvidia-smi: skipped (DEVICE=cpu)",
         "torch ",
@@ -141,11 +149,18 @@ def test_cpu_dry_run_packs_profiles_and_every_pair(tmp_path):
         assert line in meta, f"meta.txt lacks {line!r}"
     summary = (work / "summary.txt").read_text()
     assert "pairs 3 ok of 3 planned" in summary
-    for stage in ("smoke", "profile", "pairs-cpu", "physical", "command"):
+    for stage in ("smoke", "pairs-cpu", "physical", "command"):
         assert any(line.split()[:2] == [stage, "ok"] for line in summary.splitlines()), summary
+    stages = [line.split()[0] for line in summary.splitlines() if line.split()[1:2] in (["ok"], ["skipped"])]
+    # Ordered by value: the measuring stages first, the GPU tests last.
+    assert stages == ["smoke", "profile", "pairs-cpu", "physical", "mps-split", "command", "tests"], summary
     assert "2 profiles of 2 workloads" in (work / "show.txt").read_text()
     logs = {p.name for p in (work / "logs").iterdir()}
-    assert {"smoke.log", "profile.log", "pairs-cpu.log", "physical.log", "command.log"} <= logs
+    assert {"smoke.log", "pairs-cpu.log", "physical.log", "command.log", "plan.log"} <= logs
+    # The time plan: first from the last H200 window's costs per step, at the end from this run's own.
+    plan = (work / "logs" / "plan.log").read_text()
+    assert plan.count("time plan for") == 2 and "the 2026-12-04 H200 window's logs" in plan, plan
+    assert f"the run in {out / 'gpu-check'}" in plan and "pairs-cpu" in plan and "TOTAL_LIMIT" in plan, plan
 
     # The physical stage: every policy ran the trace for real and was compared with its simulation.
     trace = (work / "physical" / "trace.csv").read_text().splitlines()
@@ -164,13 +179,39 @@ def test_cpu_dry_run_packs_profiles_and_every_pair(tmp_path):
     # A rerun from the archive (RESUME, as on a fresh GPU machine) resumes: nothing is measured again.
     again_out = tmp_path / "again"
     proc = run_check(again_out, tmp_path / "cache", stages="profile,cpu,physical,command",
-                     RESUME=str(out / "gpu-check.tgz"))
+                     RESUME=str(out / "gpu-check.tgz"), PLAN="0")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "physical skipped: finished in an earlier run" in proc.stdout
     assert "command skipped: finished in an earlier run" in proc.stdout
     again = Dataset(unpack(again_out, tmp_path / "y") / "dataset")
     assert len(again.read_profiles(latest=False)) == 2
     assert len(again.read_pairs(latest=False)) == 3
+
+    # The physical stage with few pairs, all of one workload: the 2026-12-04 H200 window's failure (5 pairs, all
+    # of resnet18: holding each workload out in turn left nothing to train on). Its predictions now widen, saying so.
+    few = Dataset(tmp_path / "few")
+    few.write_profiles(profiles)
+    few.write_pairs(pairs[(pairs["workload_a"] == "a3c") | (pairs["workload_b"] == "a3c")])
+    few_out = tmp_path / "few-out"
+    proc = run_check(few_out, tmp_path / "cache", stages="physical", SEED=str(few.path), PHYS_WORKLOADS="a3c",
+                     PHYS_JOBS="2", PHYS_POLICIES="sharewise", PLAN="0")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run = json.loads((unpack(few_out, tmp_path / "z") / "physical" / "run" / "sharewise" / "run.json").read_text())
+    assert run["complete"] and {job["status"] for job in run["jobs"]} == {"done"}, run["jobs"]
+    assert any("every measured pair involves workload 'a3c'" in note for note in run["notes"]), run["notes"]
+
+
+def test_the_plan_alone_measures_nothing_and_plans_what_a_seed_lacks(tmp_path):
+    """PLAN=1 on a CPU plans the next H200 window from the shipped rows: the pairs they lack, in both modes."""
+    proc = run_check(tmp_path / "out", tmp_path / "cache", SEED="reference-h200", PLAN="1", PLAN_DEVICE="NVIDIA H200",
+                     DEVICE="cuda:0", SIZE="full", MODES="timeslice mps",
+                     WORKLOADS="resnet18 vgg16 mobilenet_v2 bert transformer lstm_lm ncf dcgan")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert not (tmp_path / "out").exists(), "a plan touches no output folder"
+    assert "time plan for NVIDIA H200" in proc.stdout
+    lines = {line.split()[0]: line for line in proc.stdout.splitlines() if line.split()}
+    assert "18 pairs" in lines["pairs-timeslice"] and "36 pairs" in lines["pairs-mps"], proc.stdout
+    assert "0 profiles" in lines["profile"] and "TOTAL_LIMIT" in lines["total"], proc.stdout
 
 
 def test_the_run_stops_after_a_smoke_stage_whose_cli_cannot_import(tmp_path):
@@ -179,7 +220,8 @@ def test_the_run_stops_after_a_smoke_stage_whose_cli_cannot_import(tmp_path):
     lacking.write_text("\n".join(n for n in IMAGE_PACKAGES.read_text().splitlines() if n.strip() != "typer"))
     out = tmp_path / "out"
     # Seeded from a shipped dataset (as a GPU window starts from reference-h200): its rows are in the archive.
-    proc = run_check(out, tmp_path / "cache", stages="smoke,profile,cpu", packages=lacking, SEED="reference")
+    proc = run_check(out, tmp_path / "cache", stages="smoke,profile,cpu", packages=lacking, SEED="reference",
+                     PLAN="0")
     assert proc.returncode == 1, proc.stdout[-3000:]
     assert "import sharewise.cli: FAILED" in proc.stdout + proc.stderr
     assert "profile skipped: the smoke stage ended 'failed'" in proc.stdout
@@ -192,9 +234,11 @@ def test_the_run_stops_after_a_smoke_stage_whose_cli_cannot_import(tmp_path):
 
 def test_a_stage_cut_by_its_limit_does_not_stop_the_next(tmp_path):
     out = tmp_path / "out"
-    proc = run_check(out, tmp_path / "cache", stages="profile,cpu", PROFILE_LIMIT="6", CPU_LIMIT="6")
+    # Without its pairs stage the profile stage runs `sharewise profile` itself.
+    proc = run_check(out, tmp_path / "cache", stages="profile,command", PROFILE_LIMIT="6", COMMAND_LIMIT="6",
+                     PLAN="0")
     # A measuring stage cut by its limit is partial data, not a failure.
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     summary = (unpack(out, tmp_path / "x") / "summary.txt").read_text()
     outcomes = {line.split()[0]: line.split()[1] for line in summary.splitlines() if line.split()[:1] != ["dataset"]}
-    assert outcomes["profile"] == "cut" and outcomes["pairs-cpu"] == "cut", summary
+    assert outcomes["profile"] == "cut" and outcomes["command"] == "cut", summary

@@ -127,7 +127,7 @@ def test_simulate_grows_linearly_in_jobs_and_gpus():
 def _policy_state(n_queued: int, n_gpus: int = 64, seed: int = 0):
     """A cluster of 8-GPU nodes, a quarter of its GPUs free, a quarter holding one job (partners to join), the
     rest two; and ``n_queued`` waiting jobs (some multi-GPU, some preempted with attained service)."""
-    from sharewise.engine.interface import ClusterState, Queue
+    from sharewise.engine.policy_types import ClusterState, Queue
 
     rng = np.random.default_rng(seed)
     truth, view = _simulation_tables(seed=seed)

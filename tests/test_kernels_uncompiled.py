@@ -5,9 +5,9 @@ The compiled kernels are the one implementation of ``sharewise`` and of the base
 off, numba hands back the plain Python functions: a debugger steps through them, coverage sees them, and a mistake
 compiled code hides (an index past an array's end reads memory without a check) raises. The tests below touch
 every kernel module: the free-GPU picks and orderings against their oracles, the scoring against the closed forms,
-sharing, multi-GPU joins, the rescue, urgent restarts and SRPT on hand-checked cases, the fastest block and
-per-class speeds through whole simulations against the oracle, re-placement, and the simulator's ``advance``. A
-few, not the suite twice: uncompiled, a simulated call costs milliseconds instead of microseconds.
+sharing, multi-GPU joins, the rescue, urgent restarts, SRPT and the reservation on hand-checked cases, the fastest
+block and per-class speeds through whole simulations against the oracle, re-placement, and the simulator's
+``advance``. A few, not the suite twice: uncompiled, a simulated call costs milliseconds instead of microseconds.
 """
 
 from __future__ import annotations
@@ -34,6 +34,9 @@ SELECTED = [
     "tests/test_policy_kernels.py::test_compiled_free_gpu_pick_is_the_python_rule[5]",
     "tests/test_policy_kernels.py::test_compiled_fastest_block_is_pals_rule[3]",
     "tests/test_policy_kernels.py::test_urgent_restarts_take_victims_by_the_oracles_rule[7]",
+    "tests/test_policy_kernels.py::test_srpt_preempts_the_victims_the_oracle_takes[17]",
+    "tests/test_policy_kernels.py::test_the_reservation_places_as_the_oracle[2]",
+    "tests/test_policy_ours.py::test_a_large_waiting_job_is_not_delayed_by_a_pair",
     "tests/test_simulator.py::test_sharewise_pauses_a_long_job_for_a_short_one_hand_computed",
     "tests/test_simulator.py::test_sharewise_rescues_the_slo_once_a_shared_pair_is_measured_hand_computed",
     # A whole simulation is slow uncompiled: one case of the uniform cluster and of each kind of varied one.

@@ -1,6 +1,6 @@
 """``recommend``'s placement step against its old, quadratic form, kept here as the oracle.
 
-The old ``pairing._assign`` took each job's GPUs with one ``pick_free_gpus`` call (a scan of every GPU: 50,000
+The old ``pairing._assign`` took each job's GPUs with one ``packed_block`` call (a scan of every GPU: 50,000
 scans for 100,000 jobs on 50,000 GPUs, 11.5 of 15 s) and each job of a type by slicing the type's list. The
 package now hands GPUs out through ``FreeGpus`` and consumes jobs through cursors; these tests hold it to the
 same placements, in the same order, as the oracle below (the old code, unchanged but for its name).
@@ -12,14 +12,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sharewise.engine.interface import FreeGpus, pick_free_gpus
+from sharewise.engine.free_gpus import FreeGpus, packed_block
 from sharewise.engine.table import SlowdownTable
 from sharewise.planner import pairing
 from sharewise.planner.jobs import normalize_cluster, normalize_queue
 
 
 def assign_reference(p, counts, jobs, layout, table, free_gpus, host_gpus):
-    """The old ``pairing._assign``: one ``pick_free_gpus`` scan per job (O(jobs x GPUs)); the oracle."""
+    """The old ``pairing._assign``: one ``packed_block`` scan per job (O(jobs x GPUs)); the oracle."""
     order = jobs.sort_values(["remaining_s", "pos"], na_position="last", kind="stable")
     by_type: dict[tuple[int, int], list[int]] = {}
     for pos, w, g in zip(order["pos"].tolist(), order["wid"].tolist(), order["gpus"].tolist(), strict=True):
@@ -40,7 +40,7 @@ def assign_reference(p, counts, jobs, layout, table, free_gpus, host_gpus):
         return got
 
     def free_block(n):
-        chosen = pick_free_gpus(free, layout.node, n)
+        chosen = packed_block(free, layout.node, n)
         free[chosen] = False
         return [int(x) for x in chosen]
 
@@ -157,8 +157,8 @@ def test_a_cluster_gets_the_placements_of_the_old_assignment(seed, interleaved):
     assert any(len(p["gpus"]) > 1 for p in placements)
 
 
-def test_free_gpus_takes_what_pick_free_gpus_picks_block_after_block():
-    """``FreeGpus.take`` (and ``take_ones``) against repeated ``pick_free_gpus`` on a shrinking mask: random
+def test_free_gpus_takes_what_packed_block_picks_block_after_block():
+    """``FreeGpus.take`` (and ``take_ones``) against repeated ``packed_block`` on a shrinking mask: random
     clusters with nodes of uneven size, listed in order or interleaved, blocks of 1 to 8 GPUs."""
     rng = np.random.default_rng(0)
     for _ in range(400):
@@ -171,13 +171,13 @@ def test_free_gpus_takes_what_pick_free_gpus_picks_block_after_block():
         picker, mask = FreeGpus(free, node), free.copy()
         for _ in range(20):
             k = int(rng.choice([1, 1, 2, 3, 4, 8]))
-            want = pick_free_gpus(mask, node, k)
+            want = packed_block(mask, node, k)
             if rng.random() < 0.2:  # several single GPUs at once
                 m = int(rng.integers(1, 6))
                 got = picker.take_ones(m)
                 wanted = []
                 for _ in range(m):
-                    one = pick_free_gpus(mask, node, 1)
+                    one = packed_block(mask, node, 1)
                     if one is None:
                         break
                     wanted.append(int(one[0]))

@@ -266,3 +266,59 @@ def test_cuda_profile_has_memory_and_nvml_features(user_spec):
     assert row["f_mem_peak_allocated_bytes"] > 0
     assert row["f_kernels_per_step"] >= 4
     assert "f_nvml_sm_util_mean" in row
+
+
+# --- precision that holds, the solo rule, solo windows shared by a workload's pairs -------------------------
+
+
+def test_a_row_says_whether_its_interval_met_the_target_and_an_extension_widens_windows():
+    from sharewise.profiler.pair import extension_config, judge_precision
+
+    assert judge_precision(0.02, 0.049, 0.05) == "met"
+    assert judge_precision(0.02, 0.866, 0.05) == "missed"  # transformer next to vgg16 on the H200: +-87%
+    assert judge_precision(0.02, math.nan, 0.05) == "missed"  # one repeat: nothing known about the spread
+    config = RunConfig(window_s=0.3, repeats=3, max_repeats=6, max_window_s=1.0)
+    assert extension_config(config, 0) is config
+    one, two = extension_config(config, 1), extension_config(config, 2)
+    assert (one.window_s, one.max_repeats) == (pytest.approx(0.6), 12)
+    assert (two.window_s, two.max_repeats) == (1.0, 18)  # capped by max_window_s
+    assert one.ci_target == config.ci_target and one.repeats == config.repeats
+
+
+def test_a_profile_runs_on_the_host_share_of_a_pair_member_in_every_mode():
+    """The solo rule: a job alone gets what it has next to a partner, so the profile's worker serves pairs."""
+    from sharewise.profiler.modes import SHARING_MODES, modes_for
+    from sharewise.profiler.solo import solo_placement
+
+    for mode in SHARING_MODES.names():
+        device = "cpu" if mode in modes_for("cpu") else "cuda:0"
+        config = RunConfig(device=device, mode=mode)
+        first = placements(config, 2)[0]
+        assert solo_placement(config) == first, mode
+    gpu = RunConfig(device="cuda:0", mode="timeslice")
+    assert solo_placement(gpu).threads == max(1, len(os.sched_getaffinity(0)) // 2)
+    assert RunConfig().solo_reuse == 0.0 and gpu.solo_reuse > 0  # a CPU's speed drifts; a GPU's holds
+    assert RunConfig(solo_reuse_s=5).solo_reuse == 5.0
+
+
+@pytest.mark.slow
+def test_a_workloads_later_pairs_take_its_recent_solo_windows(user_spec):
+    """With solo reuse on, the second pair of a warm worker measures its shared windows and its partner's solos;
+    the repeated workload's solos come from the first pair, one distinct window per repeat."""
+    from sharewise.profiler.pair import measure_pair_repeats
+
+    config = RunConfig(size="tiny", window_s=0.2, repeats=2, max_repeats=2, idle_wait_s=0.5, features=False,
+                       timeout_s=60, solo_reuse_s=60, disturbance_retries=0)
+    mlp, conv, embed = (user_spec(c) for c in ("TinyMLP", "TinyConv", "TinyEmbed"))
+    with LocalExecutor(config, "cpu0") as executor:
+        pool = executor.pool
+        first, kept_first = measure_pair_repeats(PairTask(mlp, conv, "tiny_mlp", "tiny_conv"), config, "cpu0", pool)
+        assert first["status"] == "ok" and pool.solos.reused == 0
+        second, kept_second = measure_pair_repeats(PairTask(mlp, embed, "tiny_mlp", "tiny_embed"), config, "cpu0",
+                                                   pool)
+        assert second["status"] == "ok", second["error"]
+        assert pool.solos.reused == 2  # tiny_mlp's two solo windows of the first pair, one per repeat
+        firsts = {id(r.solo[0]) for r in kept_first}
+        assert {id(r.solo[0]) for r in kept_second} == firsts  # the same windows, each once
+        assert len({id(r.solo[1]) for r in kept_second} & {id(r.solo[1]) for r in kept_first}) == 0
+    assert not _no_orphans()

@@ -30,10 +30,11 @@ from sharewise.datasets.traces import TraceContext
 from sharewise.datasets.traces.generic import read_generic_csv, write_generic_csv
 from sharewise.engine import transition
 from sharewise.engine.cluster import Cluster
-from sharewise.engine.loop import DONE, QUEUED, SchedulingLoop
+from sharewise.engine.loop import SchedulingLoop
 from sharewise.engine.result import RunResult
 from sharewise.engine.simulator import SimWorld, simulate
 from sharewise.engine.table import SlowdownTable
+from sharewise.engine.world import DONE, FAILED, QUEUED
 from sharewise.errors import TraceError
 from sharewise.policy import get_policy
 from sharewise.runtime.sitting import Sitting
@@ -97,7 +98,7 @@ def test_the_simulator_charges_a_move_but_not_a_resume_in_place_when_asked_to():
     Moved to GPU 1 at once it pays its 4 s start-up again: 2 + 8 + 4 = 14. Waiting to resume on GPU 0 when job 1
     ends at 5 it pays nothing: 5 + 8 = 13. (A policy scripted here, in the signature every policy has.)"""
     from sharewise.datasets.traces import Trace
-    from sharewise.engine.interface import Decision, Placement
+    from sharewise.engine.policy_types import Decision, Placement
 
     def scripted(move: bool):
         def policy(queue, cluster, table, now):
@@ -180,7 +181,7 @@ def test_compare_sim_simulates_a_command_of_unknown_length_at_the_rate_its_run_u
     from test_simulator import within_seconds
 
     from sharewise.app.run_compare import compare, sitting_truth
-    from sharewise.app.run_inputs import PhysicalConfig, prepare
+    from sharewise.app.run_inputs import PhysicalConfig, prepare, step_times
 
     script = f"mlp=cmd:{sys.executable} {FIXTURE.parent / 'finite_train.py'} --steps 60"
     trace = tmp_path / "jobs.csv"
@@ -195,11 +196,13 @@ def test_compare_sim_simulates_a_command_of_unknown_length_at_the_rate_its_run_u
     sitting.teardown["mlp"] += [0.4, 0.6, 0.5]
     assert math.isnan(sitting.solo_rate("mlp"))
     steps = np.array([60.0, 60.0])
-    _, exclusive, startup, _ = sitting_truth(inputs, sitting, steps)
+    times = step_times(inputs, sitting)
+    _, exclusive, startup, _ = sitting_truth(inputs, sitting, steps, times[0])
     assert exclusive == pytest.approx([4.475, 4.475]) and startup == pytest.approx([2.475, 2.475])
     phys = RunResult("exclusive-sjf", np.array([0.0, 0.5]), np.array([4.475, 4.475]), np.array([0.0, 4.6]),
                      np.array([4.6, 9.2]), np.ones(2), 0.0, 1, 2.0)
-    comparison, _ = within_seconds(60, lambda: compare(inputs, config, {"exclusive-sjf": phys}, sitting, steps))
+    comparison, _ = within_seconds(60, lambda: compare(inputs, config, {"exclusive-sjf": phys}, sitting, steps,
+                                                       times))
     row = comparison["exclusive-sjf"]
     assert row["sim_jct"] == pytest.approx([4.475, 8.45])
     assert row["avg_jct_simulated"] == pytest.approx(6.4625) and row["avg_jct_physical"] == pytest.approx(6.65)
@@ -209,7 +212,7 @@ def test_a_jobs_start_up_is_not_counted_as_slowdown():
     """Started at 10.0, first step reported 2.8 s later (one 0.1 s step in it), its 10th and last step at 13.9
     (its process exited later): (13.9 - 10.0 - 2.7) / (10 x 0.1) = 1.2, where counting the start-up gave 3.9. A
     job that did not end: NaN."""
-    from sharewise.app.run import stepping_slowdown
+    from sharewise.runtime.physical import stepping_slowdown
 
     got = stepping_slowdown(np.array([10.0, 0.0]), np.array([13.9, np.nan]), np.array([2.8, 1.0]),
                             np.array([0.1, 0.1]), np.array([10.0, 10.0]))
@@ -220,7 +223,7 @@ def test_the_verdict_names_a_failure_by_its_exception_and_credits_no_policy_that
     """A real script's traceback ends in a caret line and the error; the verdict shows the error (it once cut
     the reason at "... | ^^^^ | Runti"). Neither policy shared a slot, so sharewise's lower average JCT is
     said to be job order and noise, not sharing."""
-    from sharewise.app.run import PolicyRun, RunReport, finished_metrics
+    from sharewise.app.run import PolicyRun, RunReport
     from sharewise.app.run_inputs import PhysicalConfig
     from sharewise.runtime.exits import Evidence, exit_reason
     from sharewise.runtime.slots import cpu_layout
@@ -234,9 +237,8 @@ def test_the_verdict_names_a_failure_by_its_exception_and_credits_no_policy_that
     runs = {}
     for name, finish in (("exclusive-sjf", 3.0), ("sharewise", 2.7)):
         result = RunResult(name, np.zeros(2), np.ones(2), np.array([0.0, 1.0]), np.array([1.0, finish]),
-                           np.ones(2), 2.0, 1, 2.0)
-        result.metrics = result.compute_metrics()
-        result.metrics = {**finished_metrics(result, np.array([False, True])), "shared_jobs": 0}
+                           np.ones(2), 2.0, 1, 2.0, status=np.array([FAILED, DONE]))
+        result.metrics = {**result.compute_metrics(), "finished": 1, "failed": 1, "shared_jobs": 0}
         jobs = [{"job_id": "bad", "workload": "train", "status": "failed", "exit": {"message": ended.message}},
                 {"job_id": "ok", "workload": "w", "status": "done", "exit": None}]
         runs[name] = PolicyRun(name, result, jobs, True, 1.0)

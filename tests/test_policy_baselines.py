@@ -1,5 +1,5 @@
 """The baselines, each by hand: SJF-BSBF and SJF-FFS, PAL and PM-First, Tiresias, Packed-Sticky, strict and
-backfilling FIFO."""
+backfilling FIFO, EASY backfilling."""
 
 from __future__ import annotations
 
@@ -131,3 +131,59 @@ def test_strict_fifo_stops_at_the_head_backfill_passes_it():
     assert exclusive_fifo_backfill(queue, cluster, tab, 0.0) == [Placement(6, (1,))]
 
 
+
+
+# ---- EASY backfilling, by hand ----------------------------------------------------------------------
+def _easy_case(n_gpus: int):
+    """GPU 0 ends in 100 s, GPU 1 in 300 s (and GPU 4, if there are 5, in 300 s); the others are free. In arrival
+    order: A asks for 4 GPUs (the head: 2 free), B for 1 GPU for 400 s, C for 1 GPU for 250 s, D for 2 GPUs."""
+    resident = [[0, -1], [1, -1], [-1, -1], [-1, -1]] + ([[2, -1]] if n_gpus == 5 else [])
+    remaining = np.zeros(20)
+    remaining[:3] = [100.0, 300.0, 300.0]
+    cluster = make_cluster(resident, 20, remaining=remaining)
+    queue = make_queue([(10, 50.0, 4, 0), (11, 400.0, 1, 0), (12, 250.0, 1, 0), (13, 100.0, 2, 0)])
+    return queue, cluster, table(np.full((1, 1), 1.5))
+
+
+def test_easy_backfill_starts_only_what_does_not_delay_the_head():
+    from sharewise.policy.exclusive import exclusive_fifo_backfill
+
+    # A's shadow time: its 4th GPU frees at 300 s, with no extra GPU. B (400 s) would hold a free GPU past it;
+    # C (250 s) ends before it and starts; D no longer fits. FIFO with backfilling starts B and C.
+    queue, cluster, tab = _easy_case(4)
+    easy = get_policy("easy-backfill")
+    assert easy(queue, cluster, tab, 0.0) == [Placement(12, (2,))]
+    assert exclusive_fifo_backfill(queue, cluster, tab, 0.0) == [Placement(11, (2,)), Placement(12, (3,))]
+    # A fifth GPU freeing at 300 s is extra: B takes it (on a free GPU now), then C starts as before.
+    queue, cluster, tab = _easy_case(5)
+    assert easy(queue, cluster, tab, 0.0) == [Placement(11, (2,)), Placement(12, (3,))]
+    # Jobs that fit start in arrival order before any reservation, as in FIFO.
+    cluster = make_cluster([[-1, -1]] * 4, 20)
+    assert easy(queue, cluster, tab, 0.0) == [Placement(10, (0, 1, 2, 3))]
+
+
+def test_easy_backfill_on_a_tiny_trace_by_hand():
+    """Two GPUs: j0 (1 GPU, 100 s) at 0 s, j1 (2 GPUs, 50 s) at 1 s, j2 (1 GPU, 200 s) at 2 s, j3 (1 GPU, 50 s) at
+    3 s. EASY: j1's shadow time is j0's end (100 s); j2 would run past it on the free GPU and waits, j3 (3-53 s)
+    ends before it; j1 runs 100-150 s, j2 150-350 s. FIFO with backfilling lets j2 take the free GPU at 2 s, and
+    j1 waits for it until 202 s; strict FIFO idles the free GPU until 100 s."""
+    from sharewise.datasets.traces import Trace
+    from sharewise.engine.simulator import Cluster, simulate
+    from sharewise.engine.table import SlowdownTable
+
+    rows = [(0.0, 100.0, 1), (1.0, 50.0, 2), (2.0, 200.0, 1), (3.0, 50.0, 1)]
+    trace = Trace(job_id=np.array([f"j{i}" for i in range(4)], dtype=object),
+                  arrival=np.array([r[0] for r in rows]), duration=np.array([r[1] for r in rows]),
+                  gpus=np.array([r[2] for r in rows], np.int64), workload=np.array(["a"] * 4, dtype=object),
+                  line=np.arange(2, 6), source="inline")
+    truth = SlowdownTable(["a"], np.ones((1, 1)), np.ones((1, 1)), np.ones((1, 1)), np.zeros((1, 1), bool),
+                          device_name="gpu-x", source="test")
+    runs = {name: simulate(trace, get_policy(name), truth, cluster=Cluster(2, 2), name=name)
+            for name in ("easy-backfill", "exclusive-fifo-backfill", "exclusive-fifo-strict")}
+    assert runs["easy-backfill"].start.tolist() == [0.0, 100.0, 150.0, 3.0]
+    assert runs["easy-backfill"].finish.tolist() == [100.0, 150.0, 350.0, 53.0]
+    assert runs["exclusive-fifo-backfill"].start.tolist() == [0.0, 202.0, 2.0, 100.0]
+    assert runs["exclusive-fifo-strict"].start.tolist() == [0.0, 100.0, 150.0, 150.0]
+    avg = {name: r.metrics["avg_jct"] for name, r in runs.items()}
+    assert avg["easy-backfill"] == pytest.approx((100 + 149 + 348 + 50) / 4)
+    assert avg["easy-backfill"] < avg["exclusive-fifo-backfill"] < avg["exclusive-fifo-strict"]

@@ -1,16 +1,19 @@
 """The compiled kernels against their Python oracles (``policy_oracles``) on generated cases: the closed forms,
-orderings and GPU picks, the placement check, urgent restarts, the SLO rescue and SRPT
+orderings and GPU picks, the placement check, urgent restarts, the SLO rescue, SRPT and the reservation
 (docs/development/conventions.md, practice 14)."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pytest
 from policy_cases import make_cluster, make_queue, random_state
 
-from sharewise.engine.interface import ClusterState, Queue, as_decision
+from sharewise.engine.policy_types import ClusterState, Queue, as_decision
 from sharewise.engine.table import SlowdownTable
 from sharewise.policy import Placement, get_policy, policy_names
+from sharewise.policy.ours.reservation import NONE, Reservation
 
 
 @pytest.mark.parametrize("seed", range(8))
@@ -58,13 +61,14 @@ def test_sharewise_kernels_match_the_closed_forms(seed):
     shared_elsewhere = np.zeros(n_jobs, dtype=bool)
     shared_elsewhere[resident[occupancy == 2].ravel()] = True
     job_arrays = Jobs(workload, remaining, work, start, np.ones(n_jobs, np.int64), np.empty(0, np.int64))
-    knobs = Knobs(now, slo, 0.0, 24, 4.0, 0.5, 0.5, 8, 32, 1.0, 2.0, 1, 1e18)
+    knobs = Knobs(now, slo, 0.0, 24, 4.0, 0.5, 0.5, 8, 32, 1.0, 2.0, 1, np.inf, 1e18)
     cases = [("p90", "p90", False), ("p90", "p50", False), ("p50", "p10", False), ("p90", "p90", True)]
+    held = {0: 0, 2: 0}  # cells the reservation forbids (no spare GPU), cells that take a spare one
     for q_slo, q_gain, fresh_ok in cases:
         pairs = Pairs(*pairs_of(tab, q_slo, q_gain))
         joiners = Waiting(job_a, np.ones(m, np.int64), wl_a, rem_a)
-        got, n_good = savings(joiners, release_a, single, (partner, partner_wl, rem), speed, job_arrays, pairs, knobs,
-                              shared_elsewhere, fresh_ok)
+        got, n_good, costly = savings(joiners, release_a, single, (partner, partner_wl, rem), speed, job_arrays,
+                                      pairs, knobs, shared_elsewhere, fresh_ok, (-1, np.inf, 0))
         sp = speed[single]
         ran = now - start[partner[single]]  # NaN: started in this call, joinable only where fresh_ok (ran 0)
         bud = budget(slo, work[partner[single]], sp, np.where(np.isnan(ran), 0.0, ran) if fresh_ok else ran)
@@ -75,7 +79,21 @@ def test_sharewise_kernels_match_the_closed_forms(seed):
         )
         assert np.isneginf(want[:, 0]).all()  # the resident that shares another GPU
         assert np.isfinite(want).any() and np.array_equal(got, want)
-        assert np.array_equal(n_good, (want > 0).sum(axis=1))
+        assert np.array_equal(n_good, (want > 0).sum(axis=1)) and not costly.any()
+        # A reservation with shadow time t: cells that hold a GPU released by t past it take a spare GPU (or are
+        # forbidden without one); the reserved job's own row is exempt.
+        t = float(np.median(rem[single] / sp))
+        for spare in (0, 2):
+            exempt = job_a == job_a[1]
+            got_r, _, costly = savings(joiners, release_a, single, (partner, partner_wl, rem), speed, job_arrays,
+                                       pairs, knobs, shared_elsewhere, fresh_ok, (int(job_a[1]), t, spare))
+            want_r, want_costly = savings_oracle(
+                wl_a, rem_a, release_a, partner_wl[single], rem[single] / sp, bud, sp, tab, q_slo, q_gain, slo,
+                bud_a, ~shared_elsewhere[partner[single]], (t, spare, exempt),
+            )
+            assert np.array_equal(got_r, want_r) and np.array_equal(costly, want_costly)
+            held[spare] += int(costly.sum()) if spare else int(np.isfinite(want).sum() - np.isfinite(want_r).sum())
+    assert held[0] > 0 and held[2] > 0
     # Release times: a lone job's remaining time over its GPU's speed; a pair's later end (shared_completion).
     cluster = make_cluster(resident, n_jobs, remaining, workload, speed=speed, start=start, work=work)
     want = release_oracle(cluster, tab)
@@ -124,7 +142,7 @@ def test_compiled_free_gpu_pick_is_the_python_rule(seed):
     from policy_oracles import pick_free_gpus as pick_oracle
 
     from sharewise.engine import gpus
-    from sharewise.engine.interface import pick_free_gpus
+    from sharewise.engine.free_gpus import packed_block
 
     rng = np.random.default_rng(seed)
     per_node = int(rng.choice([1, 2, 4, 8]))
@@ -135,10 +153,10 @@ def test_compiled_free_gpu_pick_is_the_python_rule(seed):
         want = pick_oracle(occupancy == 0, node, k)
         got = gpus.pick_free_gpus(occupancy, node, k)
         if want is None:
-            assert got.shape[0] == 0 and pick_free_gpus(occupancy == 0, node, k) is None
+            assert got.shape[0] == 0 and packed_block(occupancy == 0, node, k) is None
         else:
             assert np.array_equal(got, np.sort(want))
-            assert np.array_equal(pick_free_gpus(occupancy == 0, node, k), np.sort(want))
+            assert np.array_equal(packed_block(occupancy == 0, node, k), np.sort(want))
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -166,7 +184,8 @@ def test_compiled_fastest_block_is_pals_rule(seed):
 def test_fast_placement_check_agrees_with_the_detailed_one(seed):
     """The fast validity check accepts exactly the placements the one-by-one walk accepts: on real
     policies' placements (valid), and on the same with one random change (often invalid)."""
-    from sharewise.engine.interface import InvalidPlacementError, _all_valid, _walk_placements
+    from sharewise.engine.validation import _all_valid, _walk_placements
+    from sharewise.errors import InvalidPlacementError
 
     queue, cluster, tab = random_state(seed % 6)
     rng = np.random.default_rng(seed)
@@ -286,9 +305,10 @@ def test_urgent_restarts_cases_exercise_the_rule():
     assert restarted > 20 and stopped > 5 and urgent > restarted
 
 
-def _srpt_case(seed: int):
+def _srpt_case(seed: int, reserve: bool = False):
     """``(kernel, oracle)``: SRPT's preemptions on ``_random_preemption_state(seed)``, with some queued jobs
-    started and some running ones stopped by the steps before it, each as (starts, victims stopped)."""
+    started and some running ones stopped by the steps before it, each as (starts, victims stopped); with
+    ``reserve``, a reservation for a queued job (shadow time shorter than some waiting jobs, 0-2 spare GPUs)."""
     from policy_oracles import srpt_preemptions
 
     from sharewise.policy.ours import srpt
@@ -304,20 +324,40 @@ def _srpt_case(seed: int):
     stopped = [int(j) for j in running if rng.random() < 0.1]
     knobs = knobs_of(PARAMS, cluster, now, cluster.slo)
     start = [Placement(j, (0,)) for j in started]
-    taken, victims = srpt.preemptions(queue, start, stopped, Stage.of(queue, cluster), jobs_of(cluster), knobs)
+    reserved = NONE
+    if reserve:
+        # A victim has more than 4x its preemptor's run time left, so it is the free GPUs a preemptor takes that the
+        # reservation counts on: a shadow time shorter than some waiting jobs' run times makes those take spares.
+        shadow = float(rng.choice(queue.remaining)) * rng.uniform(0.0, 0.5)
+        reserved = Reservation(int(rng.choice(queue.job)), shadow, int(rng.integers(0, 3)))
+    taken, victims = srpt.preemptions(queue, start, stopped, Stage.of(queue, cluster), jobs_of(cluster), knobs,
+                                      reserved)
     got = ([(int(np.searchsorted(queue.job, p.job)), tuple(sorted(p.gpus))) for p in taken], victims)
     want = srpt_preemptions(queue, started, stopped, cluster.occupancy(), cluster, now, cluster.slo,
                             cluster.preempt_delay_s, PARAMS.preempt_ratio, PARAMS.slack_share, PARAMS.urgency,
-                            PARAMS.max_preemptions, PARAMS.srpt_head)
+                            PARAMS.max_preemptions, PARAMS.srpt_head, tuple(reserved))
     return got, want
 
 
 @pytest.mark.parametrize("seed", range(60))
 def test_srpt_preempts_the_victims_the_oracle_takes(seed):
-    """The SRPT kernel (its quick bound, victims kept from one waiting job to the next, sizes that failed)
-    starts the jobs the oracle starts, on the same GPUs, stopping the same victims."""
-    got, want = _srpt_case(seed)
+    """The SRPT kernel (its quick bound, victims kept from one waiting job to the next, sizes that failed, and a
+    reservation in half the cases) starts the jobs the oracle starts, on the same GPUs, stopping the same
+    victims."""
+    got, want = _srpt_case(seed, reserve=seed % 2 == 1)
     assert got == want
+
+
+def test_srpt_reservation_cases_refuse_some_preemptions():
+    """The reservation cases of the test above hold SRPT back in some cases (a preemption that would take a GPU
+    released by the shadow time past it, with no spare GPU) and not in others."""
+    held = same = 0
+    for seed in range(1, 60, 2):
+        (taken, _), _ = _srpt_case(seed, reserve=True)
+        (free_taken, _), _ = _srpt_case(seed, reserve=False)
+        held += len(taken) < len(free_taken)
+        same += len(taken) == len(free_taken) > 0
+    assert held >= 3 and same >= 3
 
 
 def test_srpt_cases_exercise_the_rule():
@@ -404,3 +444,47 @@ def test_the_rescue_cases_exercise_the_rule():
         paused += len(got)
         multi += sum(int(cluster.job_ngpus[j] > 1) for j in got)
     assert paused > 30 and multi > 5
+
+
+def _reservation_case(seed: int, share: float):
+    """``(kernel, oracle)``: a ``sharewise`` call's placements and reservation (steps 1 and 2) on
+    ``random_state(seed)`` (12 GPUs, jobs of 1, 2 and 4 GPUs) with jobs of at least ``share`` of the GPUs reserved;
+    half the cases with the summed-saving assignment, some with p50 != p90."""
+    from policy_oracles import sharewise_placements
+
+    from sharewise.policy.ours import placement
+    from sharewise.policy.ours.arrays import gpus_of, jobs_of, knobs_of, pairs_of
+    from sharewise.policy.ours.params import Params
+
+    queue, cluster, tab = random_state(seed)
+    order = "sum" if seed % 2 else "sjf"
+    quantile = "p50" if seed % 3 == 0 else "p90"
+    params = Params(reserve_share=share, quantile=quantile, share_fresh="always" if seed % 5 == 0 else "idle")
+    now = 50.0
+    knobs = knobs_of(params, cluster, now, cluster.slo)
+    got = placement.place(queue, gpus_of(cluster), jobs_of(cluster), pairs_of(tab, "p90", quantile), knobs, order)
+    want = sharewise_placements(queue, cluster, tab, now, cluster.slo, quantile=quantile, order=order,
+                                share_fresh=params.share_fresh, reserve_share=share, reservation=True)
+    return (got[0], tuple(got[1])), want
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_reservation_places_as_the_oracle(seed):
+    """Steps 1 and 2 with the reservation (``reservation``: the head, its shadow time on the releases once the jobs
+    ahead of it started, EASY's walk behind it, joins that take spare GPUs or are forbidden, a reserved job that
+    joins) place the jobs the oracle places, on the same GPUs, and leave the same reservation."""
+    got, want = _reservation_case(seed, 0.3)
+    assert got == want
+
+
+def test_the_reservation_cases_exercise_the_rule():
+    """The cases above reserve a job in most calls, and the reservation changes the placements in some: it holds
+    back a start or a join that would delay the reserved job."""
+    reserved = changed = 0
+    for seed in range(40):
+        (placed, (job, shadow, _)), _ = _reservation_case(seed, 0.3)
+        (free, (none, _, _)), _ = _reservation_case(seed, math.inf)
+        reserved += job >= 0 and shadow < math.inf
+        changed += placed != free
+        assert none == -1
+    assert reserved >= 15 and changed >= 5

@@ -1,16 +1,17 @@
 """Ours by mechanism, each on a case worked out by hand: sharing within the SLO at p90, waiting, SRPT
-preemption, the SLO rescue, urgent restarts, and the knobs."""
+preemption, the SLO rescue, urgent restarts, the reservation for a large waiting job, and the knobs."""
 
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 import pytest
 from policy_cases import make_cluster, make_queue, table
 from policy_oracles import shared_completion
 
-from sharewise.engine.interface import as_decision
+from sharewise.engine.policy_types import as_decision
 from sharewise.policy import Placement, get_policy
 from sharewise.policy.ours import sharewise
 
@@ -337,3 +338,48 @@ def test_a_job_started_on_an_idle_cluster_is_joined_at_once_as_sjf_bsbf_pairs():
     assert _fresh_case(busy, share_fresh="always") == both
     with pytest.raises(ValueError, match="share_fresh must be one of 'next-call', 'idle', 'always', got 'now'"):
         _fresh_case(busy, share_fresh="now")
+
+
+def _reserved_case(resident, remaining, queue_rows, **knobs):
+    """Residents of workload a (job ``j`` on ``resident``'s GPUs, ``remaining[j]`` s left, started now with that
+    much work: their SLO holds next to a joiner); the queue's 4-GPU job (workload b, which shares with nobody) is
+    the first in SJF order that cannot start. Slowdowns 1.2 both ways between a's."""
+    rem, work, start = np.zeros(20), np.ones(20), np.full(20, np.nan)
+    rem[: len(remaining)], work[: len(remaining)], start[: len(remaining)] = remaining, remaining, 0.0
+    for job, r, _, _ in queue_rows:
+        work[job] = r
+    cluster = make_cluster(resident, 20, remaining=rem, start=start, work=work)
+    allowed = np.array([[True, False], [False, False]])
+    queue = make_queue(queue_rows)
+    return sharewise(queue, cluster, table(np.full((2, 2), 1.2), allowed=allowed), 0.0, preempt=False, **knobs)
+
+
+def test_a_large_waiting_job_is_not_delayed_by_starts_on_free_gpus():
+    """GPU 0 frees at 100 s, GPU 1 at 300 s, GPUs 2 and 3 are free; H (job 10: 50 s on 4 GPUs) is first in SJF
+    order and cannot start: its shadow time is 300 s (its 4th GPU), with no spare GPU. X (job 11, 80 s) ends by then
+    and starts; Y (job 12, 400 s) would hold a GPU H counts on until 400 s: it waits (joining GPU 0 or 1 it would
+    still run at 400 + 100 x 1.2 x (1 - 1/1.2) = 420 s or 400 + 300 x 0.2 = 460 s). Without the reservation both
+    start, the longer first on the first free GPU. A fifth GPU freeing at 300 s is spare: Y takes it."""
+    rows = [(10, 50.0, 4, 1), (11, 80.0, 1, 0), (12, 400.0, 1, 0)]
+    four = [[0, -1], [1, -1], [-1, -1], [-1, -1]]
+    assert _reserved_case(four, [100.0, 300.0], rows) == [Placement(11, (2,))]
+    both = [Placement(12, (2,)), Placement(11, (3,))]
+    assert _reserved_case(four, [100.0, 300.0], rows, reserve_share=math.inf) == both
+    assert _reserved_case(four + [[2, -1]], [100.0, 300.0, 300.0], rows) == both
+    # 4 of 5 GPUs is a large share at 0.5, not at 0.9 (and a one-GPU job is never reserved).
+    assert _reserved_case(four + [[2, -1]], [100.0, 300.0, 300.0], rows, reserve_share=0.9) == both
+    with pytest.raises(ValueError, match="reserve_share must be > 0"):
+        _reserved_case(four, [100.0, 300.0], rows, reserve_share=0.0)
+
+
+def test_a_large_waiting_job_is_not_delayed_by_a_pair():
+    """Every GPU busy: jobs 0-3 end at 100, 300, 300 and 500 s; H (4 GPUs) cannot start before 500 s. W (job 11,
+    200 s) joins GPU 0 either way: by hand the resident ends first (1.2 x 100 < 1.2 x 200), stretch 100 x 0.4 = 40 s
+    against its turn at 100 s, saving 60 s; the pair is done by 200 + 100 x 0.2 = 220 s, before 500 s. Y (job 12,
+    1,000 s) saves 300 - 300 x 0.4 = 180 s on GPU 1, but that pair would hold GPU 1 until 1,000 + 300 x 0.2 =
+    1,060 s, and on any GPU past 500 s: with the reservation it waits."""
+    rows = [(10, 50.0, 4, 1), (11, 200.0, 1, 0), (12, 1_000.0, 1, 0)]
+    busy = [[0, -1], [1, -1], [2, -1], [3, -1]]
+    remaining = [100.0, 300.0, 300.0, 500.0]
+    assert _reserved_case(busy, remaining, rows) == [Placement(11, (0,))]
+    assert _reserved_case(busy, remaining, rows, reserve_share=math.inf) == [Placement(11, (0,)), Placement(12, (1,))]

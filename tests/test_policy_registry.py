@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 from policy_cases import make_cluster, make_queue, random_state, table
 
-from sharewise.engine.interface import Queue, as_decision, check_placements, smallest_first
+from sharewise.engine.policy_types import Queue, as_decision
+from sharewise.engine.queue_order import smallest_first
+from sharewise.engine.validation import check_placements
 from sharewise.errors import ConfigError
 from sharewise.policy import Placement, get_policy, policy_names
 
@@ -19,6 +21,7 @@ def test_registry_names_and_unknown_policy():
         "exclusive-fifo-strict",
         "exclusive-fifo-backfill",
         "exclusive-sjf",
+        "easy-backfill",
         "tiresias",
         "sjf-ffs",
         "sjf-bsbf",
@@ -31,7 +34,7 @@ def test_registry_names_and_unknown_policy():
         "pal-artifact",
         "sharewise",
     ]
-    with pytest.raises(ConfigError, match="known policies: exclusive-fifo-backfill, exclusive-fifo-strict"):
+    with pytest.raises(ConfigError, match="known policies: easy-backfill, exclusive-fifo-backfill, exclusive-fifo"):
         get_policy("round-robin")
 
 
@@ -78,7 +81,7 @@ def test_check_placements_catches_bad_policies():
     queue = make_queue([(5, 10, 1, 0), (6, 10, 2, 0)])
     cluster = make_cluster([[-1, -1], [0, 1]], n_jobs=10)
     tab = table(np.full((1, 1), 1.5))
-    from sharewise.engine.interface import InvalidPlacementError
+    from sharewise.errors import InvalidPlacementError
 
     for bad, msg in [
         ([Placement(5, (0,)), Placement(5, (0,))], "twice"),

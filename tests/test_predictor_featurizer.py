@@ -25,7 +25,7 @@ from sharewise.predictor.api import explain_pair
 from sharewise.predictor.feature_state import PARTNER_EFFECT, lookup_partner_effect
 from sharewise.predictor.model import sidecar_path
 from sharewise.predictor.profile_join import pair_indices
-from sharewise.predictor.structure import OFFSET_COLUMNS, OFFSET_STRUCTURED
+from sharewise.predictor.structure import OFFSET_COLUMNS, OFFSET_STRUCTURED, SHARE_COLUMNS
 
 
 @pytest.fixture(scope="module")
@@ -57,8 +57,8 @@ def test_fit_learns_state_ending_in_underscore(data):
     assert set(featurizer.device_reference_) == {"flop_rate", "bytes_rate", "launch_rate"}
     assert set(featurizer.partner_effects_) == {"dev0", "dev1"}
     assert list(featurizer.transform(rows).columns) == list(featurizer.get_feature_names_out())
-    # The partner effect, then the two offsets of the structure, close the feature list.
-    assert list(featurizer.get_feature_names_out()[-4:]) == [PARTNER_EFFECT, *OFFSET_COLUMNS]
+    # The partner effect, the sharing knob's columns, then the offsets of the structure close the feature list.
+    assert list(featurizer.get_feature_names_out()[-6:]) == [PARTNER_EFFECT, *SHARE_COLUMNS, *OFFSET_COLUMNS]
     assert PARTNER_EFFECT not in PairFeaturizer(partner_effect=False).fit(rows).get_feature_names_out()
 
 

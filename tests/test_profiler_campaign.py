@@ -158,3 +158,60 @@ def test_the_probe_is_sized_to_the_gpu_it_runs_on():
     small = cuda_shape(l2_bytes=2 * 2**20, total_bytes=4 * 2**30, sm_count=16)
     assert small.side == 2048 and small.stream_floats * 4 == 4 * 2**30 // 64  # capped by the memory
     assert CPU_SHAPE.l2_passes == 0 and CPU_SHAPE.side == 512
+
+
+# --- precision that holds: extensions, the flag, the time budget ---------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_pair_that_misses_its_target_is_extended_and_flagged(user_spec, tmp_path):
+    """An unreachable target: the pair gets its extension (longer windows, more repeats on top of its own), then
+    stays flagged; a later campaign with --retry-failed extends the recorded row again."""
+    config = TINY.replace(ci_target=1e-6, max_repeats=2, extend_rounds=1)
+    spec = user_spec("TinyMLP")
+    summary = run_campaign([spec], config, tmp_path / "d")
+    ds = Dataset(tmp_path / "d")
+    row = ds.read_pairs().iloc[0]
+    assert summary.extended == 1 and summary.missed == [("tiny_mlp", "tiny_mlp")]
+    assert row["precision"] == "missed" and row["ci_target"] == pytest.approx(1e-6)
+    # Two planned repeats of 0.2 s windows, then two more of 0.4 s: the extension went on from the first two.
+    assert row["trials"] == 4 and row["window_s"] == pytest.approx(0.3, rel=0.2)
+    assert len(ds.read_pairs(latest=False)) == 2  # the planned row, then the extended one in its place
+    again = run_campaign([spec], config, ds, retry_failed=True)
+    assert again.measured == 0 and again.extended == 1 and again.missed == [("tiny_mlp", "tiny_mlp")]
+    assert ds.read_pairs().iloc[0]["trials"] == 4  # measured afresh under the extension's settings
+    assert run_campaign([spec], config, ds).extended == 0  # without --retry-failed recorded rows stay as they are
+
+
+def test_a_campaign_out_of_time_leaves_its_pairs_for_a_rerun(user_spec, tmp_path):
+    config = TINY.replace(time_budget_s=1e-3)
+    summary = run_campaign([user_spec("TinyMLP"), user_spec("TinyConv")], config, tmp_path / "d",
+                           profile_missing=False)
+    assert summary.left == 3 and summary.measured == 0 and summary.missed == []
+    with pytest.raises(ConfigError, match="time_budget_s must be a positive"):
+        RunConfig(time_budget_s=0)
+
+
+def test_show_flags_the_pairs_that_missed_their_target(tmp_path):
+    import subprocess
+    import sys
+
+    from sharewise.profiler.campaign import missed_target
+
+    profiles, pairs = _literal(["a", "b"], "cpu0", with_pairs=["a", "b"])
+    pairs["ci_a"], pairs["ci_b"] = [0.011, 0.02, 0.034], [0.012, 0.2, 0.03]
+    pairs["ci_target"], pairs["precision"] = 0.05, ["met", "missed", "met"]
+    ds = Dataset(tmp_path / "d")
+    ds.write_profiles(profiles)
+    ds.write_pairs(pairs)
+    assert missed_target(ds.read_pairs(), 0.05).tolist() == [False, True, False]
+
+    def show(*args):
+        return subprocess.run([sys.executable, "-m", "sharewise", "show", *args], capture_output=True, text=True,
+                              timeout=120, env={**__import__("os").environ, "COLUMNS": "200"}).stdout
+
+    out = show(str(tmp_path / "d"))
+    assert "precision: 1 of 3 pairs missed their target (+-5%" in out and "+-20.0%*" in out and "+-3.2%*" not in out
+    # Rows measured before rows carried the judgment are judged against the target their dataset's meta states.
+    assert "precision: 14 of 18 pairs missed their target (+-5%" in show("reference-h200")
+    assert '"missed": 14' in show("reference-h200", "--json").replace("\n", "").replace("  ", "")

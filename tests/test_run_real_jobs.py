@@ -23,9 +23,9 @@ import pytest
 from conftest import FIXTURES
 from test_physical import SLEEP, _dataset, _jobs, _measured
 
-from sharewise.app.run import finished_metrics
 from sharewise.datasets.traces.generic import read_generic_csv
 from sharewise.engine.result import RunResult
+from sharewise.engine.world import DONE, FAILED
 from sharewise.errors import TraceError
 from sharewise.runtime.exits import (
     Evidence,
@@ -151,11 +151,16 @@ def test_a_trace_may_leave_a_commands_length_out_and_nothing_elses(tmp_path):
 
 def test_averages_are_over_finished_jobs_and_the_failed_ones_are_counted():
     result = RunResult("p", np.array([0.0, 0.0, 0.0]), np.array([10.0, 10.0, 10.0]), np.array([0.0, 10.0, 20.0]),
-                       np.array([10.0, 20.0, 22.0]), np.array([1.0, 1.0, 0.2]), 22.0, 1, 2.0)
-    result.metrics = result.compute_metrics()
-    m = finished_metrics(result, np.array([True, True, False]))
-    assert (m["finished"], m["failed"]) == (2, 1)
+                       np.array([10.0, 20.0, 22.0]), np.array([1.0, 1.0, 3.0]), 22.0, 1, 2.0,
+                       status=np.array([DONE, DONE, FAILED]))
+    m = result.compute_metrics()
+    assert result.done().tolist() == [True, True, False]
     assert m["avg_jct"] == 15.0 and m["makespan"] == 22.0  # the failed job's 22 s JCT left out of the average
+    assert m["avg_queue"] == 5.0 and m["utilization"] == 1.0  # the whole run's GPU time counts
+    assert m["slo_violations"] == 0  # the failed job's slowdown of 3 is no violation of a job that finished
+    none = RunResult("p", np.zeros(1), np.ones(1), np.zeros(1), np.ones(1), np.ones(1), 1.0, 1, 2.0,
+                     status=np.array([FAILED]))
+    assert math.isnan(none.compute_metrics()["avg_jct"]) and none.compute_metrics()["slo_violations"] == 0
 
 
 def test_one_name_for_two_different_commands_is_one_line_naming_both_and_exit_2(tmp_path, device_name, capsys):

@@ -19,10 +19,9 @@ from sharewise.datasets.traces import Trace, TraceContext, check_trace
 from sharewise.datasets.traces.gavel import read_gavel_trace
 from sharewise.datasets.traces.generic import read_generic_csv
 from sharewise.datasets.traces.philly import read_philly_csv
-from sharewise.engine.interface import InvalidPlacementError
 from sharewise.engine.simulator import Cluster, simulate
 from sharewise.engine.table import SlowdownTable
-from sharewise.errors import TraceError, UnknownRateError
+from sharewise.errors import InvalidPlacementError, TraceError, UnknownRateError
 from sharewise.policy import Placement, get_policy, policy_names
 
 GOLDEN = Path(__file__).resolve().parent / "golden"

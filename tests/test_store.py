@@ -115,11 +115,22 @@ def test_profile_missing_column():
         ({"slowdown_a": -2.0}, "slowdown_a"),
         ({"status": "great"}, "status"),
         ({"coloc_b": math.nan}, "coloc_b"),
+        ({"precision": "roughly"}, r"'precision' holds \['roughly'\]; expected 'met', 'missed' or ''"),
     ],
 )
 def test_pair_validation(change, match):
     with pytest.raises(SchemaError, match=match):
         validate_pairs(pd.DataFrame([{**PAIR, **change}]), "t.parquet")
+
+
+def test_a_pair_row_keeps_its_precision_judgment_and_older_rows_read_as_not_judged(tmp_path):
+    ds = Dataset(tmp_path / "d")
+    ds.write_pairs(pd.DataFrame([PAIR]))  # a row from before the judgment existed
+    ds.write_pairs(pd.DataFrame([{**PAIR, "workload_b": "c", "ci_a": 0.01, "ci_b": 0.3, "ci_target": 0.05,
+                                  "precision": "missed"}]))
+    pairs = ds.read_pairs().set_index("workload_b")
+    assert pairs.loc["c", "precision"] == "missed" and pairs.loc["c", "ci_target"] == 0.05
+    assert pairs.loc["b", "precision"] == "" and math.isnan(pairs.loc["b", "ci_target"])
 
 
 def test_failed_pairs_may_leave_numbers_missing():

@@ -10,8 +10,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-import pandas as pd
-
 DEMO_WORKLOADS = ("a3c", "ncf", "lstm_lm")
 #: The recommend step: a queue of one job per reference workload on this many free GPUs.
 DEMO_QUEUE_JOBS = 8
@@ -59,6 +57,8 @@ def demo(options: DemoOptions, hooks: DemoHooks) -> DemoResult:
     # Training comes after minutes of measuring: import XGBoost now, so an install without the cpu or gpu extra
     # hears what to install at once, in the words training would use.
     xgboost_module()
+    import pandas as pd
+
     from sharewise.app.prediction import PredictOptions, TrainOptions, predict, train
     from sharewise.app.profiling import PairsOptions, pairs
     from sharewise.app.recommend import RecommendConfig, recommend

@@ -193,6 +193,8 @@ class PredictOptions:
     workload_b: str
     device: str | None = None
     top: int = 5
+    #: The sharing knob's split, e.g. ``"70:30"`` (``profiler.knob.Split``): job a's share; None: no knob.
+    split: str | None = None
 
 
 def predict(options: PredictOptions) -> list[dict]:
@@ -216,6 +218,11 @@ def predict(options: PredictOptions) -> list[dict]:
     from sharewise.predictor.api import common_devices, explain_pair
 
     model = SlowdownRegressor.load(options.model)
+    split = None
+    if options.split is not None:
+        from sharewise.profiler.knob import Split
+
+        split = float(Split.parse(options.split).percent_a)
     profiles, _ = read_datasets(list(options.data), pairs=False)
     a, b = recorded_name(options.workload_a), recorded_name(options.workload_b)
     common = common_devices(profiles, a, b)  # fails on a workload without any profile
@@ -223,7 +230,7 @@ def predict(options: PredictOptions) -> list[dict]:
     stand_ins: dict[str, list] = {}
     if (options.device and options.device not in common) or not common:
         devices, profiles, stand_ins = _stand_in_devices(model, profiles, a, b, options)
-    results = [explain_pair(model, profiles, a, b, d, top=options.top) for d in devices]
+    results = [explain_pair(model, profiles, a, b, d, top=options.top, split=split) for d in devices]
     for r in results:
         mine = stand_ins.get(r["device_name"], [])
         r["stand_ins"] = [s.to_dict() for s in mine]

@@ -10,11 +10,13 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from sharewise.errors import DatasetError
 from sharewise.profiler.config import RunConfig
+
+if TYPE_CHECKING:  # only the result types name it: ``workloads`` lists without pandas
+    import pandas as pd
 
 
 def workloads() -> list[dict]:
@@ -22,10 +24,10 @@ def workloads() -> list[dict]:
 
     Example: ``[{"name": "a3c", "family": "a3c", "default_batch_size": 16, "kind": "train", ...}, ...]``.
     """
-    from sharewise.profiler.workloads import load_workload_class, workload_names
+    from sharewise.profiler.workloads import describe_workload, workload_names
 
-    # ``__init__`` only stores parameters (the Workload contract), so describing an instance builds nothing.
-    return [load_workload_class(name)().describe() for name in workload_names()]
+    # Read from the classes' source: importing them imports torch, which a listing does not need.
+    return [describe_workload(name) for name in workload_names()]
 
 
 @dataclass(frozen=True)
@@ -90,6 +92,8 @@ class PairsOptions:
     retry_failed: bool = False
     budget: int | None = None  # K pairs per workload without pairs, picked by the model (see profiler.budget)
     model: Path | None = None
+    #: The sharing knob's splits to measure at (job a's share; ``(None,)``: without a knob), one campaign each.
+    splits: tuple[float | None, ...] = (None,)
 
 
 @dataclass
@@ -124,17 +128,24 @@ def pairs(options: PairsOptions, on_event: Callable | None = None) -> PairsResul
         cpus_per_task=options.ray_cpus,
         max_retries=options.max_retries,
     )
-    # The pairs to measure: all of them, or the budget's picks (one at a time, each after the last is written).
-    picker = AllPairs() if options.budget is None else BudgetPicker(options.budget, model)
-    summary = run_campaign(
-        list(options.workloads),
-        options.config,
-        options.out,
-        executor_factory=factory,
-        on_event=on_event,
-        retry_failed=options.retry_failed,
-        picker=picker,
-    )
+    if any(s is not None for s in options.splits):  # one error before anything runs, where no knob can be set
+        from sharewise.profiler.knob import knob_for
+
+        options.config.replace(split=next(s for s in options.splits if s is not None))  # validates the split
+        knob_for(options.config.mode).check()
+    summary = None
+    for split in options.splits:
+        # The pairs to measure: all of them, or the budget's picks (one at a time, each after the last is written).
+        picker = AllPairs() if options.budget is None else BudgetPicker(options.budget, model)
+        summary = run_campaign(
+            list(options.workloads),
+            options.config.replace(split=split),
+            options.out,
+            executor_factory=factory,
+            on_event=on_event,
+            retry_failed=options.retry_failed,
+            picker=picker,
+        )
     return PairsResult(summary=summary, pairs=Dataset(options.out).read_pairs())
 
 

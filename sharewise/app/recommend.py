@@ -11,12 +11,13 @@ from __future__ import annotations
 import os
 import re
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from sharewise.datasets.schema import PREDICTION_COLUMNS
 from sharewise.datasets.tables import read_table_csv
 from sharewise.deploy import EMITTERS, render
 from sharewise.deploy.plan import (
@@ -26,12 +27,12 @@ from sharewise.deploy.plan import (
     Device,
     WorkloadResources,
     build_deploy_plan,
-    limits_fit,
-    memory_limit,
+    sharing_allowed,
     workload_resources,
 )
 from sharewise.engine.table import SlowdownTable
 from sharewise.errors import ConfigError, DatasetError, TraceError
+from sharewise.planner.contract import SPLIT_GRID, Bound, Choice, choose_split
 from sharewise.planner.jobs import CLUSTER_COLUMNS, QUEUE_COLUMNS
 from sharewise.planner.pairing import Plan, plan_pairs
 from sharewise.predictor.memory import DEVICE_MEMORY
@@ -57,6 +58,9 @@ class RecommendConfig:
     max_explained: int = 20
     sharing: str = AUTO
     node: str | None = None
+    #: The sharing knob (``planner.contract``): ``auto`` chooses each pair's split where the model has pairs
+    #: measured under the knob and the plan's mode has one; ``none`` never splits.
+    split: str = AUTO
 
 
 @dataclass(frozen=True)
@@ -153,7 +157,7 @@ def _command_specs(queue: pd.DataFrame, cluster: pd.DataFrame | None) -> dict[st
 def _solve(config: RecommendConfig, strict: bool) -> _Solved:
     from sharewise.datasets.store import open_dataset
     from sharewise.predictor import SlowdownRegressor, predict_pairs
-    from sharewise.predictor.api import explain_pairs, unseen_device_note
+    from sharewise.predictor.api import unseen_device_note
     from sharewise.predictor.memory import memory_fit
 
     model = SlowdownRegressor.load(config.model)
@@ -186,6 +190,7 @@ def _solve(config: RecommendConfig, strict: bool) -> _Solved:
     candidates = pd.DataFrame({"workload_a": names[i], "workload_b": names[j], "device_name": device})
     predictions = predict_pairs(model, prof, candidates)
     table = SlowdownTable.from_predictions(predictions, workloads=needed)
+    contract = _contract(config, model, queue, prof, needed)
     notes = []
     fits, note = memory_fit(prof, needed)
     notes.append(note)
@@ -201,19 +206,30 @@ def _solve(config: RecommendConfig, strict: bool) -> _Solved:
             if a in index and b in index:
                 allowed[index[a], index[b]] = allowed[index[b], index[a]] = False
     table = table.restricted(allowed)
+    if contract is not None:
+        # Bounds or splits: the jobs' types are (workload, bound); the table holds each pair of types at its
+        # chosen split, and the bounds (the --max-slowdown for a job without one) are in its ``allowed``.
+        table, queue = contract.typed(table, device, queue, config.max_slowdown)
     plan = plan_pairs(
         queue,
         table,
         gpus=config.gpus,
         cluster=cluster,
-        max_slowdown=config.max_slowdown,
+        max_slowdown=config.max_slowdown if contract is None else contract.planner_max(config.max_slowdown),
         method=config.method,
     )
-    # The first ``max_explained`` distinct shared workload pairs, in placement order, explained together.
+    if contract is not None:
+        contract.annotate(plan)
+    # The first ``max_explained`` distinct shared workload pairs, in placement order, explained together. One
+    # pass over the placements (100,000 jobs make some 50,000) finds them and every shared pair.
     keys: dict[tuple[str, str], None] = {}
+    shared: set[tuple[str, str]] = set()
     for p in plan.placements:
-        if p["kind"] != "alone" and len(keys) < config.max_explained:
-            keys.setdefault((p["workloads"][0], p["workloads"][1]))
+        if p["kind"] != "alone":
+            key = (p["workloads"][0], p["workloads"][1], p.get("split"))
+            shared.add(key)
+            if len(keys) < config.max_explained:
+                keys.setdefault(key)
     explained = {
         key: {
             side: [
@@ -222,14 +238,14 @@ def _solve(config: RecommendConfig, strict: bool) -> _Solved:
             ]
             for side in ("a", "b")
         }
-        for key, why in zip(keys, explain_pairs(model, prof, list(keys), device, top=config.top), strict=True)
+        for key, why in zip(keys, _explain(model, prof, list(keys), device, config.top), strict=True)
     }
-    for p in plan.placements:
-        if p["kind"] != "alone":
-            why = explained.get((p["workloads"][0], p["workloads"][1]))
-            if why is not None:
-                p["why"] = why
-    shared = {(p["workloads"][0], p["workloads"][1]) for p in plan.placements if p["kind"] != "alone"}
+    if explained:
+        for p in plan.placements:
+            if p["kind"] != "alone":
+                why = explained.get((p["workloads"][0], p["workloads"][1], p.get("split")))
+                if why is not None:
+                    p["why"] = why
     if len(shared) > len(explained):
         notes.append(
             f"explained the first {len(explained)} of {len(shared)} distinct shared workload pairs "
@@ -239,12 +255,170 @@ def _solve(config: RecommendConfig, strict: bool) -> _Solved:
     unseen = unseen_device_note(model, [device])
     if unseen is not None:
         notes.append(unseen)
+    if contract is not None:
+        notes.extend(contract.notes)
     plan.notes = notes
     if specs:
         for p in plan.placements:
             p["specs"] = [specs.get(str(j), w) for j, w in zip(p["jobs"], p["workloads"], strict=True)]
     modes = _measured_modes(measured, prof, device)
     return _Solved(plan, device, prof, needed, modes, device_memory, resources, cluster)
+
+
+def _explain(model, prof, keys: list[tuple], device: str, top: int) -> list[dict]:
+    """``explain_pairs`` of ``(workload_a, workload_b, split)`` keys: the pairs of one split together."""
+    from sharewise.predictor.api import explain_pairs
+
+    out: dict[tuple, dict] = {}
+    for split in dict.fromkeys(k[2] for k in keys):
+        mine = [k for k in keys if k[2] == split]
+        for key, why in zip(mine, explain_pairs(model, prof, [k[:2] for k in mine], device, top=top, split=split),
+                            strict=True):
+            out[key] = why
+    return [out[k] for k in keys]
+
+
+def _contract(config, model, queue, prof, needed) -> Contract | None:
+    """The slowdown contract of this queue (``planner.contract``): None where no job has a bound and no split is
+    chosen (the plan is then made as without a contract, at the cost it always had)."""
+    has_bounds = "bound" in queue.columns and queue["bound"].fillna("").astype(str).str.strip().ne("").any()
+    if config.split not in (AUTO, "none"):
+        raise ConfigError(f"--split must be 'auto' or 'none', got {config.split!r}")
+    knob_rows = int((getattr(model, "training_summary_", None) or {}).get("knob_rows", 0) or 0)
+    mode = _plan_mode(config, prof)
+    splits = config.split == AUTO and knob_rows > 0 and mode in ("mps", "cpu", "cpu-partition")
+    if not has_bounds and not splits:
+        return None
+    return Contract.of(model, queue, prof, needed, splits, knob_rows, mode)
+
+
+def _plan_mode(config, prof: pd.DataFrame) -> str:
+    """The sharing mode the plan's pairs run in: ``--sharing`` where given, else the profiles' (one of them)."""
+    if config.sharing != AUTO:
+        return config.sharing
+    modes = sorted(set(prof["mode"].astype(str))) if "mode" in prof else []
+    return modes[0] if len(modes) == 1 else "timeslice"
+
+
+@dataclass
+class Contract:
+    """Each queued job's bound, and each pair of job types' split (``planner.contract.choose_split``).
+
+    A job's type is its workload and its bound (``"resnet18 [<= 1.3]"``; a job without a bound is its workload):
+    jobs of one type are interchangeable for the pairing, as jobs of one workload are without a contract.
+    """
+
+    bounds: dict[str, Bound]
+    splits: bool
+    notes: list[str]
+    at_splits: pd.DataFrame | None = None
+    choices: dict[tuple[str, str], Choice] = field(default_factory=dict)
+    type_workload: dict[str, str] = field(default_factory=dict)
+    type_bound: dict[str, Bound] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, model, queue, prof, needed, splits: bool, knob_rows: int, mode: str) -> Contract:
+        from sharewise.predictor import predict_pairs
+
+        cells = queue["bound"] if "bound" in queue.columns else [None] * len(queue)
+        bounds = {str(j).strip(): Bound.parse(b) for j, b in zip(queue["job_id"], cells, strict=True)}
+        if not splits:
+            why = (
+                "the model has no pair measured under the sharing knob ('sharewise pairs --split 70:30')"
+                if mode in ("mps", "cpu", "cpu-partition")
+                else f"the {mode!r} mode has no knob"
+            )
+            return cls(bounds, False, [f"no split is chosen: {why}; each job's bound is checked at the predicted "
+                                       "p90 without a knob"])
+        grid = list(SPLIT_GRID)
+        i, j = np.triu_indices(len(needed))
+        names = np.array(needed, dtype=object)
+        frame = pd.DataFrame({
+            "workload_a": np.repeat(names[i], len(grid)),
+            "workload_b": np.repeat(names[j], len(grid)),
+            "device_name": str(prof["device_name"].iloc[0]),
+            "split_a": np.tile(np.asarray(grid, dtype=float), len(i)),
+        })
+        at_splits = predict_pairs(model, prof, frame)
+        at_splits["split_a"] = frame["split_a"].to_numpy()
+        note = (
+            f"each pair's split chosen among {grid[0]}:{100 - grid[0]} ... {grid[-1]}:{100 - grid[-1]} "
+            "(planner.contract): both jobs' bounds kept at the predicted p90, then the highest 1/p50_a + 1/p50_b; "
+            f"predicted by a model trained on {knob_rows} ordered rows measured under the {mode} knob"
+        )
+        return cls(bounds, True, [note], at_splits)
+
+    def typed(self, table: SlowdownTable, device: str, queue: pd.DataFrame, max_slowdown: float):
+        """The table over job types at each pair's chosen split (a type pair no split, or no bound, allows may
+        not share) and the queue naming types. A job without a bound is held to ``max_slowdown``."""
+        queue = queue.copy()
+        labels = []
+        for job, workload in zip(queue["job_id"], queue["workload"], strict=True):
+            bound, workload = self.bounds[str(job).strip()], str(workload).strip()
+            label = workload if not bound.bounded else f"{workload} [{bound}]"
+            labels.append(label)
+            self.type_workload[label], self.type_bound[label] = workload, bound
+        queue["workload"] = labels
+        for w in table.workloads:  # residents carry no bound: their type is their workload
+            self.type_workload.setdefault(w, w)
+            self.type_bound.setdefault(w, Bound())
+        types = sorted(self.type_workload)
+        index = {w: n for n, w in enumerate(table.workloads)}
+        rows = []
+        for x, ta in enumerate(types):
+            for tb in types[x:]:
+                wa, wb = self.type_workload[ta], self.type_workload[tb]
+                ba = self.type_bound[ta] if self.type_bound[ta].bounded else Bound(max_slowdown)
+                bb = self.type_bound[tb] if self.type_bound[tb].bounded else Bound(max_slowdown)
+                ia, ib = index[wa], index[wb]
+                if not table.allowed[ia, ib]:
+                    continue
+                if self.splits:
+                    choice = self._choose(wa, wb, ba, bb)
+                    if choice is None or not choice.shares:
+                        continue
+                    self.choices[(ta, tb)] = choice
+                    p10, p50, p90 = choice.p50, choice.p50, choice.p90  # the pairing reads p50 and p90
+                else:
+                    p10 = (float(table.p10[ia, ib]), float(table.p10[ib, ia]))
+                    p50 = (float(table.p50[ia, ib]), float(table.p50[ib, ia]))
+                    p90 = (float(table.p90[ia, ib]), float(table.p90[ib, ia]))
+                    if p90[0] > ba.max_slowdown or p90[1] > bb.max_slowdown:
+                        continue
+                rows.append((ta, tb, device, p10[0], p50[0], p90[0], p10[1], p50[1], p90[1]))
+        frame = pd.DataFrame(rows, columns=list(PREDICTION_COLUMNS))
+        return SlowdownTable.from_predictions(frame, workloads=types), queue
+
+    def _choose(self, wa: str, wb: str, ba: Bound, bb: Bound) -> Choice | None:
+        frame = self.at_splits
+        flip = wa > wb  # the frame holds each pair once, the names in order
+        first, second = (wb, wa) if flip else (wa, wb)
+        part = frame[(frame["workload_a"] == first) & (frame["workload_b"] == second)].sort_values("split_a")
+        if part.empty:
+            return None
+        share = part["split_a"].to_numpy().astype(int)
+        if flip:  # a's share is 100 minus the frame's first job's
+            return choose_split(100 - share, part["p50_b"], part["p90_b"], part["p50_a"], part["p90_a"], ba, bb)
+        return choose_split(share, part["p50_a"], part["p90_a"], part["p50_b"], part["p90_b"], ba, bb)
+
+    def planner_max(self, max_slowdown: float) -> float:
+        """The pairing's own p90 check: the bounds are in the table already, so only what no bound exceeds."""
+        return max([max_slowdown, *(b.max_slowdown for b in self.type_bound.values() if b.bounded)])
+
+    def annotate(self, plan: Plan) -> None:
+        """Put back each placement's workloads, and add its jobs' bounds and its split (its first job's percent)."""
+        for p in plan.placements:
+            types = p["workloads"]
+            p["workloads"] = [self.type_workload.get(t, t) for t in types]
+            p["bounds"] = [str(self.type_bound.get(t, Bound())) for t in types]
+            if len(types) == 2 and self.splits:
+                choice = self.choices.get((types[0], types[1]))
+                if choice is not None:
+                    p["split"] = choice.split
+                elif (choice := self.choices.get((types[1], types[0]))) is not None:
+                    p["split"] = 100 - choice.split
+                if choice is not None:
+                    p["split_reason"] = choice.reason
 
 
 def _device_memory(prof: pd.DataFrame, workloads: list[str]) -> float | None:
@@ -258,11 +432,7 @@ def _device_memory(prof: pd.DataFrame, workloads: list[str]) -> float | None:
 
 def _limits_allowed(fits, resources, workloads, device_memory, strict) -> tuple[np.ndarray, str]:
     """``fits`` narrowed to pairs whose memory limits fit together; unknown limits block only if ``strict``."""
-    limits = np.array([memory_limit(resources[w].peak_memory_bytes) or np.nan for w in workloads], dtype=float)
-    ok = limits_fit(limits, device_memory)
-    unknown = ~np.isfinite(limits[:, None] + limits[None, :]) | (device_memory is None)
-    if not strict:
-        ok |= unknown
+    ok, unknown = sharing_allowed(resources, workloads, device_memory, strict)
     allowed = fits & ok
     blocked = int(np.triu(fits & ~allowed).sum())
     memory = "unknown" if device_memory is None else f"{device_memory / 2**30:.1f} GiB"

@@ -1,7 +1,9 @@
 """``sharewise run``: a trace's jobs run for real on the local devices, under each policy in turn.
 
 The same scheduling loop and policy objects as ``simulate`` (``sharewise.engine.loop``), over a real world
-(``sharewise.runtime.world``). One call:
+(``sharewise.runtime.world``); one policy's run is the runtime's one entry (``sharewise.runtime.physical``), as
+``engine.simulator.simulate`` is the simulator's. This module reads and checks the inputs, calibrates, hands each
+run what it read and measured, and turns the runs into ``run.json`` and the command's output. One call:
 
 1. **Prepare** (nothing starts before every input is checked): the trace (generic CSV with ``steps`` or
    ``duration_s``; a duration becomes steps at the dataset's solo throughput), the slots, the dataset's pairs
@@ -18,7 +20,7 @@ The same scheduling loop and policy objects as ``simulate`` (``sharewise.engine.
    metrics (``sharewise.runtime.metrics``). Pairs that share a slot are measured as they
    run; those that pass ``collect``'s confidence rule (``profiler.confidence``) are learned by the policies and
    written as observed pair rows to ``RUNDIR/observed/`` (a dataset folder ``sharewise train`` reads), the others
-   named in a note. A job's realized slowdown counts from its first step (``stepping_slowdown``).
+   named in a note. A job's realized slowdown counts from its first step (``runtime.physical.stepping_slowdown``).
    After every event the loop's state is saved (``RUNDIR/<policy>/state.json``); a stopped run resumes from it.
 4. **Compare** (``compare_sim``): the same trace simulated on the same slots under the same policy, with the
    simulator's truth measured in this sitting (each workload's solo step time and start-up time, each
@@ -31,9 +33,8 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -50,21 +51,18 @@ from sharewise.app.run_inputs import (
     prepare,
     step_times,
 )
-from sharewise.command_spec import is_command_spec
+from sharewise.app.simulate import JSON_DECIMALS
+from sharewise.datasets.pair_row import OBSERVED, pair_row
 from sharewise.datasets.store import Dataset, utc_now, write_json_atomic
-from sharewise.engine.cluster import Cluster
-from sharewise.engine.loop import DONE, FAILED, SchedulingLoop
 from sharewise.engine.result import RunResult
-from sharewise.policy import get_policy, warm_up
+from sharewise.engine.world import DONE, FAILED
+from sharewise.policy import get_policy
 from sharewise.runtime.exits import error_line
 from sharewise.runtime.jobs import JobSpec
 from sharewise.runtime.lengths import Length
+from sharewise.runtime.physical import run_trace
 from sharewise.runtime.sitting import Sitting
 from sharewise.runtime.slots import Layout
-from sharewise.runtime.world import RealWorld
-
-_JSON_DECIMALS = 4
-OBSERVED = "observed"
 
 
 @dataclass
@@ -135,17 +133,14 @@ class RunReport:
 
 # ---- running -----------------------------------------------------------------------------------------
 def run_policy(name: str, inputs: RunInputs, config: PhysicalConfig, out: Path, sitting: Sitting,
-               progress=None, launcher=None, env: dict[str, str] | None = None,
-               lengths: list[Length] | None = None, metrics=None) -> PolicyRun:
-    """Run the trace for real under policy ``name`` (resuming ``out/<name>/state.json`` if a stop left one).
+               times: tuple[np.ndarray, np.ndarray], lengths: list[Length], progress=None, launcher=None,
+               env: dict[str, str] | None = None, metrics=None) -> PolicyRun:
+    """Run the trace for real under policy ``name`` (``runtime.physical.run_trace``, which resumes
+    ``out/<name>/state.json`` if a stop left one); write its ``run.json`` and the pairs it observed.
 
-    ``lengths``: each job's length as the policies first see it (default: ``job_lengths`` now); ``metrics``: a
-    ``runtime.metrics.RunExporter`` to feed after every event."""
-    folder = out / name
-    folder.mkdir(parents=True, exist_ok=True)
-    step_s, startup_s = step_times(inputs, sitting)
-    lengths = [replace(n) for n in lengths] if lengths is not None else job_lengths(inputs, sitting, config, step_s)
-    steps = np.array([n.steps for n in lengths], dtype=float)
+    ``times`` are each job's solo step time and start-up time (``step_times``), ``lengths`` each job's length as
+    the policies first see it (``job_lengths``); ``metrics`` a ``runtime.metrics.RunExporter`` to feed after
+    every event."""
     observed = Dataset(out / OBSERVED)
     refused: dict[tuple[str, str], str] = {}  # pairs whose latest measurement failed the confidence rule
 
@@ -155,102 +150,20 @@ def run_policy(name: str, inputs: RunInputs, config: PhysicalConfig, out: Path, 
             refused[key] = f"{values['refused']} (in {values['pairings']} pairing(s))"
             return
         refused.pop(key, None)
-        observed.write_pairs(pd.DataFrame([_observed_row(spec_a, spec_b, values, inputs, name)]))
+        observed.write_pairs(pd.DataFrame([_observed_row(spec_a, spec_b, values, inputs.layout, name)]))
 
-    state_path = folder / "state.json"
-
-    def save() -> None:
-        write_json_atomic(state_path, {"loop": loop.snapshot(), "world": world.snapshot(), "saved_at": utc_now()})
-        write_json_atomic(out / "sitting.json", sitting.to_json())
-        if metrics is not None:
-            from sharewise.runtime.metrics import policy_view
-
-            metrics.update(policy_view(name, loop, world, world.clock()))
-        if progress is not None:
-            progress("event", policy=name, done=int(np.isin(loop.status, (DONE, FAILED)).sum()), total=loop.n,
-                     running=len(world.live), now=loop.last)
-
-    world = RealWorld(inputs.specs, step_s, startup_s, inputs.layout, folder, sitting, on_pair=on_pair,
-                      launcher=launcher, extra_env=env, poll_s=config.poll_s, on_event=save, lengths=lengths)
-    loop = SchedulingLoop(
-        arrival=np.asarray(inputs.trace.arrival, dtype=float), work=startup_s + steps * step_s,
-        gpus=np.asarray(inputs.trace.gpus, dtype=np.int64), workload=inputs.table.ids([s.name for s in inputs.specs]),
-        line=inputs.trace.line, policy=get_policy(name), table=inputs.table, world=world,
-        cluster=Cluster(n_gpus=inputs.layout.n_slots, gpus_per_node=inputs.layout.n_slots), slo=config.max_slowdown,
-        name=name, observe=config.observe, round_s=config.round_s, job_id=inputs.trace.job_id,
-    )
-    if state_path.is_file():
-        saved = json.loads(state_path.read_text())
-        loop.restore(saved["loop"])
-        world.restore(saved["world"])
-    # Compiled kernels load (or compile, on a first install) here, before the clock starts.
-    warm_up(get_policy(name), inputs.layout.n_slots, inputs.table)
-    began = time.perf_counter()
-    world.begin(loop.last)
-    try:
-        result = loop.run()
-    finally:
-        world.shutdown()
-        save()
-    done = loop.status == DONE
-    for j, rec in enumerate(world.jobs):  # a command that ran to its own end: the next call's estimate
-        if done[j] and is_command_spec(rec.spec.workload) and (rec.spec.steps is None or rec.steps < rec.spec.steps):
-            sitting.lengths[rec.spec.workload] = rec.steps
-    write_json_atomic(out / "sitting.json", sitting.to_json())
-    last_step = np.array([rec.last_step_t for rec in world.jobs], dtype=float)
-    result.realized_slowdown = stepping_slowdown(
-        loop.start, np.where(np.isfinite(loop.finish), last_step, np.nan),
-        np.array([rec.startups[0] if rec.startups else 0.0 for rec in world.jobs]),
-        np.array([rec.step_s for rec in world.jobs]), np.array([rec.length.steps for rec in world.jobs]))
-    result.metrics = result.compute_metrics()  # the SLO counted on the slowdowns from the first step
-    result.metrics = finished_metrics(result, done)
-    result.metrics["shared_jobs"] = int(loop.shared.sum())
-    jobs = _jobs_json(loop, world, inputs, result.realized_slowdown)
-    notes = [n for rec in world.jobs if (n := rec.length.note(rec.spec.job_id, rec.spec.name)) is not None]
-    notes += [f"pair {a}+{b} not written to {OBSERVED}/ nor learned by the policies: {why}"
-              for (a, b), why in refused.items()]
-    run = PolicyRun(name, result, jobs, True, time.perf_counter() - began, len(loop.learned), notes)
-    write_json_atomic(folder / "run.json", _run_json(run, inputs, config))
+    step_s, startup_s = times
+    ran = run_trace(inputs.trace, inputs.specs, get_policy(name), inputs.table, layout=inputs.layout, step_s=step_s,
+                    startup_s=startup_s, lengths=lengths, folder=out / name, sitting=sitting,
+                    sitting_path=out / "sitting.json", name=name, slo=config.max_slowdown, observe=config.observe,
+                    round_s=config.round_s, poll_s=config.poll_s, launcher=launcher, env=env, on_pair=on_pair,
+                    progress=progress, metrics=metrics)
+    notes = ran.notes + [f"pair {a}+{b} not written to {OBSERVED}/ nor learned by the policies: {why}"
+                         for (a, b), why in refused.items()]
+    run = PolicyRun(name, ran.result, _jobs_json(ran.result, ran.jobs, inputs), True, ran.wall_s, ran.observed_pairs,
+                    notes)
+    write_json_atomic(out / name / "run.json", _run_json(run, inputs, config))
     return run
-
-
-def stepping_slowdown(start: np.ndarray, last_step: np.ndarray, startup: np.ndarray, step_s: np.ndarray,
-                      steps: np.ndarray) -> np.ndarray:
-    """Each job's realized slowdown while it stepped: the time from its first start to its ``last_step`` report,
-    less its first start-up (``startup``: from its process start to its first step report, which holds one
-    step), over its ``steps`` at its solo ``step_s``; NaN for a job that did not end (``last_step`` NaN). A
-    start-up and the teardown after the last step (the interpreter's exit) are no slowdown: a job of 1 s of work
-    would otherwise count 3 s of imports and 1 s of exit as a slowdown of 5 and violate any SLO while alone.
-    Start-ups that later moves cost, and pauses, still count.
-
-    Example: started at 10.0, first step reported 2.8 s later (step time 0.1 s), its 10th and last at 13.9:
-    ``(13.9 - 10.0 - (2.8 - 0.1)) / (10 * 0.1)`` = 1.2.
-    """
-    work = steps * step_s
-    with np.errstate(invalid="ignore", divide="ignore"):
-        out = (last_step - start - np.maximum(0.0, startup - step_s)) / work
-    return np.where(np.isfinite(last_step) & (work > 0), out, np.nan)
-
-
-def finished_metrics(result: RunResult, done: np.ndarray) -> dict:
-    """``result``'s metrics with the per-job averages (JCT, p95 JCT, queueing, SLO violations) over the jobs
-    that finished (``done``) only, and how many ``finished`` and ``failed``; the makespan, utilization and
-    counts of the run stay those of every job. Example: ``{"avg_jct": 41.2, ..., "finished": 3, "failed": 1}``.
-    """
-    metrics = dict(result.metrics)
-    over = ("avg_jct", "p95_jct", "avg_queue", "slo_violations")
-    if done.all():
-        part = metrics
-    elif done.any():
-        part = RunResult(result.policy, result.arrival[done], result.duration[done], result.start[done],
-                         result.finish[done], result.realized_slowdown[done], result.busy_gpu_seconds, result.n_gpus,
-                         result.slo).compute_metrics()
-    else:
-        part = {k: (0 if k == "slo_violations" else math.nan) for k in over}
-    metrics.update({k: part[k] for k in over})
-    metrics["finished"] = int(done.sum())
-    metrics["failed"] = int(np.isfinite(result.finish).sum() - done.sum())
-    return metrics
 
 
 def _failure_lines(summary: dict) -> list[str]:
@@ -268,20 +181,22 @@ def _failure_lines(summary: dict) -> list[str]:
     return lines
 
 
-def _jobs_json(loop: SchedulingLoop, world: RealWorld, inputs: RunInputs, realized: np.ndarray) -> list[dict]:
+def _jobs_json(result: RunResult, records: list[dict], inputs: RunInputs) -> list[dict]:
+    """``run.json``'s jobs: each job's times, status, restarts and GPUs from the run's result, with what the
+    world recorded of it (``records``: steps, events, start-ups, exit, length)."""
     out = []
     status_name = {DONE: "done", FAILED: "failed"}
-    for j, spec in enumerate(inputs.specs):
-        rec = world.job_json(j)
-        status = status_name.get(int(loop.status[j]), "unfinished")
+    jct = result.jct
+    for j, (spec, rec) in enumerate(zip(inputs.specs, records, strict=True)):
+        status = status_name.get(int(result.status[j]), "unfinished")
         if status == "failed" and rec["exit"]:
             status = rec["exit"]["status"]
         out.append({
-            "job_id": spec.job_id, "workload": spec.name, "spec": spec.workload, "gpus": int(loop.ngpus[j]),
-            "arrival": float(loop.arrival[j]), "start": _num(loop.start[j]), "finish": _num(loop.finish[j]),
-            "jct": _num(loop.finish[j] - loop.arrival[j]), "realized_slowdown": _num(realized[j]),
-            "work_s": round(float(loop.duration[j]), 3), "status": status, "restarts": int(loop.restarts[j]),
-            "shared": bool(loop.shared[j]),
+            "job_id": spec.job_id, "workload": spec.name, "spec": spec.workload, "gpus": int(result.gpus[j]),
+            "arrival": float(result.arrival[j]), "start": _num(result.start[j]), "finish": _num(result.finish[j]),
+            "jct": _num(jct[j]), "realized_slowdown": _num(result.realized_slowdown[j]),
+            "work_s": round(float(result.duration[j]), 3), "status": status, "restarts": int(result.restarts[j]),
+            "shared": bool(result.shared[j]),
             **{k: v for k, v in rec.items() if k != "workload"},
         })
     return out
@@ -295,26 +210,18 @@ def _run_json(run: PolicyRun, inputs: RunInputs, config: PhysicalConfig) -> dict
                    "knowledge": inputs.device},
         "view": inputs.view_name, "metrics": _rounded(run.result.metrics), "wall_s": round(run.wall_s, 1),
         "policy_calls": run.result.policy_calls, "observed_pairs": run.observed_pairs, "jobs": run.jobs,
-        "failures": run.failures(), "notes": inputs.notes + run.notes,
+        "failures": run.failures(), "notes": inputs.notes + run.notes, "result": run.result.to_json(),
     }
 
 
-def _observed_row(spec_a: JobSpec, spec_b: JobSpec, values: dict, inputs: RunInputs, policy: str) -> dict:
+def _observed_row(spec_a: JobSpec, spec_b: JobSpec, values: dict, lay: Layout, policy: str) -> dict:
     """A pairs-table row of a pair observed in a run that passed the confidence rule (``source`` = ``observed``;
     slowdowns pooled over its pairings, ``trials``, ``cv_*`` and ``ci_*`` over their windows)."""
-    import socket
-
-    lay = inputs.layout
-    return {
-        "workload_a": spec_a.name, "workload_b": spec_b.name, "device_kind": lay.device,
-        "device_name": lay.device_name, "mode": lay.mode, "solo_a": values["solo_a"], "solo_b": values["solo_b"],
-        "coloc_a": values["coloc_a"], "coloc_b": values["coloc_b"], "slowdown_a": values["slowdown_a"],
-        "slowdown_b": values["slowdown_b"], "trials": int(values["trials"]), "cv_a": values["cv_a"],
-        "cv_b": values["cv_b"], "ci_a": values["ci_a"], "ci_b": values["ci_b"],
-        "status": "ok", "error": "", "created_at": utc_now(), "source": OBSERVED, "host": socket.gethostname(),
-        "window_s": values["window_s"], "steps_a": int(values["steps_a"]), "steps_b": int(values["steps_b"]),
-        "size": spec_a.size, "isolation": f"run:{policy}",
-    }
+    measured = {k: values[k] for k in ("solo_a", "solo_b", "coloc_a", "coloc_b", "slowdown_a", "slowdown_b", "cv_a",
+                                       "cv_b", "ci_a", "ci_b", "window_s")}
+    return pair_row(spec_a.name, spec_b.name, device_kind=lay.device, device_name=lay.device_name, mode=lay.mode,
+                    size=spec_a.size, isolation=f"run:{policy}", source=OBSERVED, trials=int(values["trials"]),
+                    steps_a=int(values["steps_a"]), steps_b=int(values["steps_b"]), **measured)
 
 
 # ---- the whole command -------------------------------------------------------------------------------
@@ -347,19 +254,21 @@ def _run_all(config: PhysicalConfig, inputs: RunInputs, progress, launcher, expo
     with StopSignals(), _devices(config, inputs) as (launch, env):
         if config.calibrate_s > 0:
             calibrate(inputs, config, out, sitting, progress, env)
-        # Every policy of this call starts from the same lengths (what the sitting knew before the runs).
-        lengths = job_lengths(inputs, sitting, config, step_times(inputs, sitting)[0])
+        # The policies' unit of work, measured once the calibration ran; every policy of this call starts from the
+        # same lengths (what the sitting knew before the runs).
+        times = step_times(inputs, sitting)
+        lengths = job_lengths(inputs, sitting, config, times[0])
         for name in config.policies:
-            done = out / name / "run.json"
-            if done.is_file() and json.loads(done.read_text()).get("complete"):
-                runs[name] = _load_run(done, inputs)
+            kept = _load_run(out / name / "run.json", inputs)
+            if kept is not None:
+                runs[name] = kept
                 if progress is not None:
                     progress("kept", policy=name)
                 continue
             if progress is not None:
                 progress("policy", policy=name, total=len(inputs.specs))
-            runs[name] = run_policy(name, inputs, config, out, sitting, progress, launcher or launch, env,
-                                    lengths, exporter)
+            runs[name] = run_policy(name, inputs, config, out, sitting, times, lengths, progress, launcher or launch,
+                                    env, exporter)
     notes = list(inputs.notes)
     estimated = [n for n in lengths if n.estimated]
     if estimated:
@@ -383,7 +292,7 @@ def _run_all(config: PhysicalConfig, inputs: RunInputs, progress, launcher, expo
     report = RunReport(config, runs, inputs.layout, inputs.view_name, notes)
     if config.compare_sim:
         report.comparison, extra = compare(inputs, config, {n: r.result for n, r in runs.items()}, sitting,
-                                           _learned_steps(runs, lengths))
+                                           _learned_steps(runs, lengths), times)
         report.notes.extend(extra)
     summary = report.to_json()
     for name in runs:
@@ -445,23 +354,15 @@ def _devices(config: PhysicalConfig, inputs: RunInputs) -> Iterator[tuple[object
             launcher.close()
 
 
-def _load_run(path: Path, inputs: RunInputs) -> PolicyRun:
-    """A run a previous call finished, read back from its ``run.json``."""
-    data = json.loads(path.read_text())
-    jobs = data["jobs"]
-
-    def col(key):
-        return np.array([math.nan if j[key] is None else j[key] for j in jobs], dtype=float)
-
-    result = RunResult(
-        policy=data["policy"], arrival=col("arrival"), duration=col("work_s"), start=col("start"),
-        finish=col("finish"), realized_slowdown=col("realized_slowdown"), busy_gpu_seconds=0.0,
-        n_gpus=inputs.layout.n_slots, slo=math.nan, policy_calls=data.get("policy_calls", 0),
-    )
-    result.metrics = data["metrics"]
+def _load_run(path: Path, inputs: RunInputs) -> PolicyRun | None:
+    """A run a previous call finished, read back from its ``run.json`` (its result as the run left it); None where
+    none finished (or one of a version that kept no result, which runs again)."""
+    data = json.loads(path.read_text()) if path.is_file() else {}
+    if not data.get("complete") or "result" not in data:
+        return None
     notes = [n for n in data.get("notes", []) if n not in inputs.notes]
-    return PolicyRun(data["policy"], result, jobs, True, data.get("wall_s", 0.0), data.get("observed_pairs", 0),
-                     notes)
+    return PolicyRun(data["policy"], RunResult.from_json(data["result"]), data["jobs"], True, data.get("wall_s", 0.0),
+                     data.get("observed_pairs", 0), notes)
 
 
 # ---- small helpers -----------------------------------------------------------------------------------
@@ -477,7 +378,7 @@ def _startup_note(runs: dict[str, PolicyRun]) -> str:
 
 
 def _rounded(metrics: dict) -> dict:
-    return {k: (round(v, _JSON_DECIMALS) if isinstance(v, float) and math.isfinite(v) else v)
+    return {k: (round(v, JSON_DECIMALS) if isinstance(v, float) and math.isfinite(v) else v)
             for k, v in metrics.items()}
 
 

@@ -7,7 +7,8 @@ import math
 
 import numpy as np
 
-from sharewise.app.run_inputs import PhysicalConfig, RunInputs, step_times
+from sharewise.app.run_inputs import PhysicalConfig, RunInputs
+from sharewise.app.simulate import JSON_DECIMALS
 from sharewise.datasets.traces import Trace
 from sharewise.engine.cluster import Cluster
 from sharewise.engine.result import RunResult
@@ -15,15 +16,13 @@ from sharewise.engine.table import SlowdownTable
 from sharewise.policy import get_policy
 from sharewise.runtime.sitting import Sitting
 
-_JSON_DECIMALS = 4
 
-
-def sitting_truth(inputs: RunInputs, sitting: Sitting,
-                  steps: np.ndarray) -> tuple[SlowdownTable, np.ndarray, np.ndarray, list[str]]:
+def sitting_truth(inputs: RunInputs, sitting: Sitting, steps: np.ndarray,
+                  step_s: np.ndarray) -> tuple[SlowdownTable, np.ndarray, np.ndarray, list[str]]:
     """The simulator's truth from this sitting: the trace's pair slowdowns as the runs observed them (else the
     dataset's), and each job's exclusive run time (its start-up, then its ``steps`` at its workload's solo
     rate in the sitting: its solo stretches where they span enough steps and seconds, else the step time the
-    runs' policies used, from the calibration or the dataset; then its teardown, from its last step to its
+    runs' policies used (``step_s``), from the calibration or the dataset; then its teardown, from its last step to its
     process's exit noticed, which holds the slot as long). A short command that never ran alone for long
     enough still has the calibration's rate, so its simulated rate is never unknown."""
     names = inputs.names
@@ -42,7 +41,6 @@ def sitting_truth(inputs: RunInputs, sitting: Sitting,
     truth = SlowdownTable(names, p50, p50, p50, inputs.truth.allowed, device_name=inputs.layout.device_name,
                           source="this sitting")
     exclusive, startup = [], []
-    step_s, _ = step_times(inputs, sitting)
     for spec, n, s in zip(inputs.specs, steps, step_s, strict=True):
         rate = sitting.solo_rate(spec.name)
         if not (rate > 0):
@@ -60,11 +58,12 @@ def sitting_truth(inputs: RunInputs, sitting: Sitting,
     return truth, np.array(exclusive), np.array(startup), notes
 
 
-def compare(inputs: RunInputs, config: PhysicalConfig, runs: dict[str, RunResult],
-            sitting: Sitting, steps: np.ndarray) -> tuple[dict, list[str]]:
+def compare(inputs: RunInputs, config: PhysicalConfig, runs: dict[str, RunResult], sitting: Sitting,
+            steps: np.ndarray, times: tuple[np.ndarray, np.ndarray]) -> tuple[dict, list[str]]:
     """Simulate every run's trace and policy on the same slots with the sitting's truth; compare per policy.
 
-    ``steps`` is each job's length as the runs learned it. The simulated policies know each job's work as the
+    ``steps`` is each job's length as the runs learned it, ``times`` each job's solo step time and start-up time
+    as the runs' policies knew them (``run_inputs.step_times``). The simulated policies know each job's work as the
     physical run's policies did where its length was known (its start-up and steps at the calibrated step
     time), and from the start where the physical ones ran on an estimate; the simulated jobs run at the speed
     the sitting measured; a paused job resumed on its own slot goes on for free and one moved to another slot
@@ -76,8 +75,8 @@ def compare(inputs: RunInputs, config: PhysicalConfig, runs: dict[str, RunResult
     """
     from sharewise.engine.simulator import simulate
 
-    truth, exclusive, startup, notes = sitting_truth(inputs, sitting, steps)
-    step_s, startup_s = step_times(inputs, sitting)
+    step_s, startup_s = times
+    truth, exclusive, startup, notes = sitting_truth(inputs, sitting, steps, step_s)
     known = startup_s + steps * step_s
     trace = Trace(job_id=inputs.trace.job_id, arrival=inputs.trace.arrival, duration=known,
                   gpus=inputs.trace.gpus, workload=np.array([s.name for s in inputs.specs], dtype=object),
@@ -112,7 +111,7 @@ def compare(inputs: RunInputs, config: PhysicalConfig, runs: dict[str, RunResult
         for row in out.values():
             row["gain_vs_exclusive_sjf_physical"] = 1 - row["avg_jct_physical"] / base_p
             row["gain_vs_exclusive_sjf_simulated"] = 1 - row["avg_jct_simulated"] / base_s
-    return {k: {m: (round(v, _JSON_DECIMALS) if isinstance(v, float) else v) for m, v in row.items()}
+    return {k: {m: (round(v, JSON_DECIMALS) if isinstance(v, float) else v) for m, v in row.items()}
             for k, row in out.items()}, notes
 
 

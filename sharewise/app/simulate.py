@@ -28,8 +28,8 @@ GAVEL_NOTES = (
     "against that partner (and runs at its slowest GPU).",
     "A pair measured as out of memory (oom) never shares; a pair never measured does not share either.",
 )
-# Digits kept in the JSON output, so the golden file does not depend on the last bits of a float.
-_JSON_DECIMALS = 4
+#: Digits kept in the JSON output (``simulate``, ``run``), so the golden file does not depend on a float's last bits.
+JSON_DECIMALS = 4
 #: ``--data none``: no pair data; no two jobs share a GPU.
 NO_DATA = "none"
 
@@ -124,7 +124,7 @@ class SimulationReport:
             "observe": self.observe,
             "policies": {
                 name: {
-                    k: (round(v, _JSON_DECIMALS) if isinstance(v, float) else v) for k, v in r.metrics.items()
+                    k: (round(v, JSON_DECIMALS) if isinstance(v, float) else v) for k, v in r.metrics.items()
                 }
                 for name, r in self.results.items()
             },
@@ -374,13 +374,16 @@ def policies_table(
             from sharewise.predictor import out_of_fold_predictions
 
             # Calibrated intervals: the SLO checks of the sharing policies read the p90.
+            # A policy runs with whatever pairs exist: a group whose holding-out leaves nothing is widened, said.
             predictions = out_of_fold_predictions(
-                profiles, pairs, group_by=config.group_by, candidates=candidates, holdout="self", calibrate=True
+                profiles, pairs, group_by=config.group_by, candidates=candidates, holdout="self", calibrate=True,
+                nothing_left="widen",
             )
             note = (
                 f"Policies see out-of-fold predictions: each job's slowdown predicted by a model that never "
                 f"saw that job's {config.group_by} (a brand-new model next to jobs the cluster knows), with "
                 "conformally calibrated p10-p90 intervals."
+                + "".join(f" Except: {n}." for n in predictions.attrs.get("notes", []))
             )
     if "device_name" in predictions.columns and (predictions["device_name"].astype(str) == device).any():
         predictions = predictions[predictions["device_name"].astype(str) == device]

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import functools
+import gc
 import json
 import math
 import os
 import re
 import sys
-
-from rich.console import Console
 
 # Piped or logged output (no terminal, no $COLUMNS) would get rich's 80 columns, which truncates the wider
 # tables to ellipses; such output has no width limit to respect, so give it room.
@@ -19,8 +19,83 @@ def _width(stream) -> int | None:
     return None if stream.isatty() or "COLUMNS" in os.environ else LOG_WIDTH
 
 
-console = Console(highlight=False, width=_width(sys.stdout))
-err_console = Console(stderr=True, highlight=False, width=_width(sys.stderr))
+class _Console:
+    """A ``rich.console.Console`` made at its first use: rich is imported by the commands that draw, and a
+    command that prints JSON (``recommend --json`` on 100,000 jobs) does without it."""
+
+    def __init__(self, stderr: bool) -> None:
+        self._stderr = stderr
+        self._console = None
+
+    def __getattr__(self, name: str):
+        return getattr(self.real, name)
+
+    @property
+    def real(self):
+        """The ``rich.console.Console`` itself (made now if not yet): what rich's own objects are given."""
+        if self._console is None:
+            from rich.console import Console
+
+            stream = sys.stderr if self._stderr else sys.stdout
+            self._console = Console(stderr=self._stderr, highlight=False, width=_width(stream))
+        return self._console
+
+    # Python looks dunder methods up on the type: rich's progress bar enters the console (``with console``).
+    def __enter__(self):
+        return self.real.__enter__()
+
+    def __exit__(self, *exc):
+        return self.real.__exit__(*exc)
+
+
+console = _Console(stderr=False)
+err_console = _Console(stderr=True)
+
+
+# rich's renderables, imported where a command first draws one (see ``_Console``).
+def Table(*args, **kwargs):  # noqa: N802 - stands for the class
+    from rich.table import Table
+
+    return Table(*args, **kwargs)
+
+
+def Rule(*args, **kwargs):  # noqa: N802 - stands for the class
+    from rich.rule import Rule
+
+    return Rule(*args, **kwargs)
+
+
+def escape(markup: str) -> str:
+    from rich.markup import escape
+
+    return escape(markup)
+
+
+def collector_paused(command):
+    """Run ``command`` (a command's function) with Python's cyclic garbage collector paused.
+
+    For a command that imports pandas, XGBoost and SciPy and builds a large result in one short call
+    (``recommend``): the collector's passes over what those imports create, ever older and larger as the
+    call goes on, took 0.13-0.26 s of a recommendation of 100,000 jobs (a busy 2-core VM) and found nothing
+    to free. Afterwards
+    what the call left alive moves to the oldest generation unexamined (``freeze`` then ``unfreeze``), so
+    switching the collector back on does not examine it all at once; a later full collection still does.
+    Not for long commands (``run``, ``profile``): cycles they make would wait until they end.
+    """
+
+    @functools.wraps(command)
+    def paused(*args, **kwargs):
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return command(*args, **kwargs)
+        finally:
+            gc.freeze()
+            gc.unfreeze()
+            if enabled:
+                gc.enable()
+
+    return paused
 
 
 #: Above this many characters, JSON is printed compact (one line): a recommendation for 100,000 queued jobs is
@@ -49,21 +124,37 @@ def print_json(obj) -> None:
     standard library, as does everything where orjson is not installed.
     """
     fast = _orjson()
-    text = None
     if fast is not None:
         compact = fast.OPT_SERIALIZE_NUMPY | fast.OPT_NON_STR_KEYS
         try:
             raw = fast.dumps(obj, default=_scalar, option=compact)
             if len(raw) <= PRETTY_MAX_CHARS:  # small: encoded again, indented (cheap at this size)
                 raw = fast.dumps(obj, default=_scalar, option=compact | fast.OPT_INDENT_2)
-            text = raw.decode()
         except TypeError:  # orjson.JSONEncodeError is a TypeError
-            text = None
-    if text is None:
-        text = json.dumps(_clean(obj, [0]))
-        if len(text) <= PRETTY_MAX_CHARS:
-            text = json.dumps(_clean(obj, [0]), indent=2)
+            pass
+        else:
+            _print_utf8(raw)
+            return
+    text = json.dumps(_clean(obj, [0]))
+    if len(text) <= PRETTY_MAX_CHARS:
+        text = json.dumps(_clean(obj, [0]), indent=2)
     print(text)
+
+
+def _print_utf8(raw: bytes) -> None:
+    """Print UTF-8 ``raw`` and a newline: as bytes where stdout writes UTF-8 to a byte stream unchanged (the 10 MB
+    of a recommendation for 100,000 jobs need not be decoded to text to be encoded again), else as text."""
+    out = sys.stdout
+    buffer = getattr(out, "buffer", None)
+    encoding = getattr(out, "encoding", None) or ""
+    if buffer is None or os.linesep != "\n" or encoding.lower().replace("_", "-") not in ("utf-8", "utf8"):
+        print(raw.decode())
+        return
+    out.flush()  # what was printed as text comes first
+    data = memoryview(raw + b"\n")
+    while data:  # an unbuffered stdout (python -u) is a raw file, which may take part of a write
+        data = data[buffer.write(data) :]
+    buffer.flush()
 
 
 def _scalar(obj):

@@ -1,7 +1,9 @@
 """CLI of ``sharewise import FORMAT``: one subcommand per registered importer, generated from its declaration.
 
 Each importer declares its input files (positional or ``--name``) and flags; the command's parameters are
-built from that, so a new format needs no hand-written command.
+built from that, so a new format needs no hand-written command. The subcommands are built when the ``import``
+group is first asked for its commands (``sharewise import ...``, its help, the docs): an importer's module
+loads pandas, which no other command should pay for at start.
 """
 
 from __future__ import annotations
@@ -10,14 +12,34 @@ import inspect
 from pathlib import Path
 
 import typer
+from typer.core import TyperGroup
 
 from sharewise.cli.common import console, err_console
 from sharewise.datasets.importers import IMPORTERS, Importer
+
+
+class _ImportGroup(TyperGroup):
+    """The ``import`` group: its ``commands`` gain one subcommand per registered importer on first access."""
+
+    @property
+    def commands(self) -> dict:
+        for name in IMPORTERS.names():
+            if name not in self._commands:
+                single = typer.Typer(rich_markup_mode=self.rich_markup_mode, add_completion=False)
+                single.command(name)(_command(IMPORTERS.get(name)))
+                self._commands[name] = typer.main.get_command(single)
+        return self._commands
+
+    @commands.setter
+    def commands(self, value: dict) -> None:
+        self._commands = value
+
 
 import_app = typer.Typer(
     name="import",
     help="Import measurements from other sources into a dataset folder (profiles + pairs).",
     no_args_is_help=True,
+    cls=_ImportGroup,
 )
 
 
@@ -81,6 +103,4 @@ def _command(importer: Importer):
 
 
 def register(app: typer.Typer) -> None:
-    for name, importer in IMPORTERS.items():
-        import_app.command(name)(_command(importer))
     app.add_typer(import_app, name="import")

@@ -9,9 +9,8 @@ import sys
 from pathlib import Path
 
 import typer
-from rich.table import Table
 
-from sharewise.cli.common import console, err_console, fmt, print_json
+from sharewise.cli.common import Table, console, err_console, fmt, print_json
 from sharewise.profiler.exporter import DEFAULT_PORT, ENV_HOST, ENV_NAME, ENV_PORT
 
 SCRAPES_HELP = (

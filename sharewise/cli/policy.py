@@ -5,11 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.markup import escape
-from rich.table import Table
 
 from sharewise.cli import options
-from sharewise.cli.common import console, err_console, one_of, print_json
+from sharewise.cli.common import Table, console, err_console, escape, one_of, print_json
 from sharewise.policy import REGISTRY as POLICIES
 from sharewise.policy import describe
 

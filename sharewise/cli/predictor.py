@@ -6,9 +6,8 @@ import math
 from pathlib import Path
 
 import typer
-from rich.table import Table
 
-from sharewise.cli.common import console, err_console, fmt, one_of, print_json, split_list
+from sharewise.cli.common import Table, console, err_console, fmt, one_of, print_json, split_list
 from sharewise.predictor.choices import BUDGET_STRATEGIES, FEATURE_SETS, GROUP_BY, STRUCTURE_CHOICES, plural
 
 __all__ = ["BUDGET_STRATEGIES", "FEATURE_SETS", "GROUP_BY", "register", "render_predict", "render_train"]
@@ -364,18 +363,25 @@ def predict(
         "profile from a device of the same kind standing in).",
     ),
     top: int = typer.Option(5, "--top", help="Contributions to show per prediction."),
+    split: str = typer.Option(
+        None,
+        "--split",
+        help="The sharing knob's split A:B in percent, e.g. 70:30 (the first workload's share of the device: an MPS "
+        "thread percentage on a GPU, a CPU quota on a CPU); default no knob.",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
 ):
     """Predict how much two workloads slow each other down when they share a device, and why.
 
-    Example: sharewise predict --model model.json --data reference resnet18 lstm_lm
+    Example: sharewise predict --model model.json --data reference resnet18 lstm_lm --split 70:30
     """
     from sharewise.app.prediction import PredictOptions
     from sharewise.app.prediction import predict as run
 
     results = run(
         PredictOptions(
-            model=model_path, data=tuple(data), workload_a=workload_a, workload_b=workload_b, device=device, top=top
+            model=model_path, data=tuple(data), workload_a=workload_a, workload_b=workload_b, device=device, top=top,
+            split=split,
         )
     )
     for note in sorted({r["note"] for r in results if r.get("note")}):
@@ -388,7 +394,11 @@ def predict(
 
 def render_predict(results: list[dict]) -> None:
     """Print both predicted slowdowns per device, then the features that moved each prediction most."""
-    table = Table(title="predicted slowdown when sharing (1.0 = no interference)")
+    split = results[0].get("split") if results else None
+    title = "predicted slowdown when sharing (1.0 = no interference)"
+    if split is not None:
+        title += f", split {int(split)}:{100 - int(split)}"
+    table = Table(title=title)
     for col in ("device", "workload", "next to", "p10", "p50", "p90", "speed sum", "share?"):
         table.add_column(col, justify="right" if col in ("p10", "p50", "p90", "speed sum") else "left")
     for r in results:

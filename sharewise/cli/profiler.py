@@ -7,12 +7,11 @@ import sys
 from pathlib import Path
 
 import typer
-from rich.table import Table
 
-from sharewise.cli.common import console, err_console, fmt, one_of, print_json, split_list
+from sharewise.cli.common import Table, console, err_console, fmt, one_of, print_json, split_list
 from sharewise.errors import SharewiseError
 from sharewise.profiler.config import ISOLATIONS, SIZES
-from sharewise.profiler.executors import EXECUTORS
+from sharewise.profiler.executor_registry import EXECUTORS
 from sharewise.profiler.modes import SHARING_MODES
 
 
@@ -78,7 +77,12 @@ BATCH = typer.Option(
     None, "--batch-size", "-b", help="Batch size for every workload (default: each one's own)."
 )
 WINDOW = typer.Option(0.5, "--window", help="Measurement window in seconds (extended to hold --min-steps steps).")
-THREADS = typer.Option(None, "--threads", help="Threads per process (default: the cores it may use).")
+THREADS = typer.Option(
+    None,
+    "--threads",
+    help="Threads per process (default: the cores it may use; on a GPU half of them, a pair member's share, "
+    "alone too).",
+)
 TIMEOUT = typer.Option(
     300.0, "--timeout", help="Seconds one run may take before it is recorded as a timeout."
 )
@@ -135,6 +139,12 @@ def profile(
     ),
     no_cache: bool = typer.Option(False, "--no-cache", help="Recompute features even when cached."),
     no_probe: bool = NO_PROBE,
+    shares: str = typer.Option(
+        None,
+        "--shares",
+        help="Also measure the job's solo rate under the sharing knob at these shares in percent, e.g. 25,50,75: "
+        "its scaling curve (a CPU quota with --mode cpu, an MPS thread percentage with --mode mps).",
+    ),
 ):
     """Profile workloads alone: throughput, step-time percentiles, CV over repeats and f_* features.
 
@@ -145,7 +155,7 @@ def profile(
     from sharewise.app.profiling import ProfileOptions
     from sharewise.app.profiling import profile as run
 
-    config = _config(locals(), max_repeats=max(repeats, 20))
+    config = _config(locals(), max_repeats=max(repeats, 20), shares=_shares(shares))
     table = Table(title=f"solo profiles -> {out}")
     for col in (
         "workload",
@@ -234,7 +244,21 @@ def pairs(
     timeout: float = TIMEOUT,
     idle_wait: float = IDLE_WAIT,
     retry_failed: bool = typer.Option(
-        False, "--retry-failed", help="Rerun pairs recorded as failed or timeout."
+        False,
+        "--retry-failed",
+        help="Rerun pairs recorded as failed or timeout (and, with --extend, extend those wider than --ci-target).",
+    ),
+    extend: int = typer.Option(
+        0,
+        "--extend",
+        help="Extension rounds of a pair still wider than --ci-target after --max-repeats, once the planned pairs "
+        "are measured: windows twice as long, up to --max-repeats more repeats each (default 0: none).",
+    ),
+    time_budget: float = typer.Option(
+        None,
+        "--time-budget",
+        help="Seconds the campaign may take: a pair that would not end in time is left for a rerun, extensions "
+        "run in the time left, and the campaign ends by itself.",
     ),
     executor: str = typer.Option("local", "--executor", help=one_of("Where pair runs execute", EXECUTORS)),
     address: str = typer.Option(
@@ -247,17 +271,26 @@ def pairs(
         2, "--max-retries", help="Ray: retries of a task whose worker or node died."
     ),
     no_probe: bool = NO_PROBE,
+    split: list[str] = typer.Option(
+        None,
+        "--split",
+        help="Measure the pairs under the sharing knob at split A:B in percent (the first workload's share: a CPU "
+        "quota with --mode cpu, an MPS thread percentage with --mode mps; timeslice has none); repeat it, or "
+        "give several comma-separated, for several splits. Each split is its own row.",
+    ),
 ):
     """Measure co-location slowdowns of all pairs (self-pairs included) of a workload list.
 
     Each finished pair is saved before the next starts; rerun the same command to resume.
 
-    Example: sharewise pairs -w resnet18,lstm_lm,ncf --device cpu --mode cpu --out runs/cpu
+    Example: sharewise pairs -w resnet18,lstm_lm,ncf --device cpu --mode cpu --out runs/cpu --split 70:30
     """
     from sharewise.app.profiling import PairsOptions
     from sharewise.app.profiling import pairs as run
 
-    config = _config(locals(), max_repeats=max_repeats, ci_target=ci_target / 100)
+    config = _config(
+        locals(), max_repeats=max_repeats, ci_target=ci_target / 100, extend_rounds=extend, time_budget_s=time_budget
+    )
     options = PairsOptions(
         workloads=tuple(split_list(workloads)),
         out=out,
@@ -269,6 +302,7 @@ def pairs(
         retry_failed=retry_failed,
         budget=budget,
         model=model,
+        splits=_splits(split),
     )
     from sharewise.profiler.interrupts import CampaignInterrupted
 
@@ -290,6 +324,27 @@ def pairs(
             f"nothing could be measured ({len(summary.failures)} failure(s); first: {a} | {b}, {status}: "
             f"{error}); the rows recorded are kept in {out}"
         )
+
+
+def _shares(text: str | None) -> tuple[int, ...]:
+    """``--shares 25,50,75`` as whole percents (() without the option); a bad one is a ``ConfigError``."""
+    if not text:
+        return ()
+    from sharewise.errors import ConfigError
+
+    try:
+        return tuple(sorted({int(x) for x in split_list([text])}))
+    except ValueError:
+        raise ConfigError(f"--shares takes whole percents separated by commas, e.g. 25,50,75, got {text!r}") from None
+
+
+def _splits(values: list[str] | None) -> tuple[float | None, ...]:
+    """``--split`` values as shares of the first workload (``(None,)``: no knob)."""
+    if not values:
+        return (None,)
+    from sharewise.profiler.knob import parse_splits
+
+    return tuple(s.share_a for s in parse_splits(values))
 
 
 class CampaignFailed(SharewiseError):
@@ -329,7 +384,7 @@ class CampaignProgress:
             TextColumn("ETA"),
             TimeRemainingColumn(),
             TextColumn("{task.fields[last]}"),
-            console=err_console,
+            console=err_console.real,
             transient=False,
         )
         self.task_id = self.progress.add_task("pairs", total=None, last="")
@@ -352,6 +407,9 @@ class CampaignProgress:
             progress.update(self.task_id, total=ev.total, completed=ev.done)
             progress.console.print(f"{ev.done} of {ev.total} pairs already measured; {ev.message}")
             return
+        if ev.kind == "extend":
+            progress.console.print(ev.message)
+            return
         row = ev.row
         pair = f"{row['workload_a']}|{row['workload_b']}"
         if row["status"] == "ok":
@@ -370,6 +428,14 @@ def render_pairs(result) -> None:
     )
     for a, b, status, error in summary.failures:
         console.print(f"  [red]{status}[/red] {a} | {b}: {error}")
+    if summary.extended:
+        console.print(f"{summary.extended} extension round(s) run on pairs wider than the precision target")
+    if summary.missed:
+        shown = ", ".join(f"{a}|{b}" for a, b in summary.missed[:8]) + (" ..." if len(summary.missed) > 8 else "")
+        console.print(f"[yellow]{len(summary.missed)} pair(s) still wider than the precision target[/yellow] "
+                      f"(precision=missed in their rows; --extend 1 --retry-failed extends them): {shown}")
+    if summary.left:
+        console.print(f"[yellow]{summary.left} pair(s) left for a rerun[/yellow]: the time budget ran out")
     print_matrix(result.pairs)
 
 
@@ -379,18 +445,73 @@ def counts_text(counts: dict) -> str:
     return ", ".join(f"{key} {value}" for key, value in counts.items())
 
 
+def precision_counts(pairs_df) -> dict[str, int]:
+    """The ``ok`` pairs by their precision judgment: ``{"met": 25, "missed": 11, "not judged": 0}``."""
+    ok = pairs_df[pairs_df["status"] == "ok"]
+    judged = ok["precision"] if "precision" in ok.columns else None
+    counts = {"met": 0, "missed": 0, "not judged": len(ok)}
+    if judged is not None:
+        counts["met"], counts["missed"] = int((judged == "met").sum()), int((judged == "missed").sum())
+        counts["not judged"] = len(ok) - counts["met"] - counts["missed"]
+    return counts
+
+
+def judged_by_meta(pairs_df, meta: dict):
+    """The pairs, with the ``ok`` rows measured before sharewise judged each row's precision judged against the
+    target the dataset's ``meta.json`` states for its campaign (``settings.ci_target_pct``); unchanged where it
+    states none. For display: the files keep what was measured."""
+    target = (meta.get("settings") or {}).get("ci_target_pct")
+    if target is None or "ci_a" not in pairs_df.columns or pairs_df.empty:
+        return pairs_df
+    out = pairs_df.copy()
+    if "precision" not in out.columns:
+        out["precision"] = ""
+    if "ci_target" not in out.columns:
+        out["ci_target"] = math.nan
+    widest = out[["ci_a", "ci_b"]].astype(float).max(axis=1, skipna=False)
+    todo = (out["status"] == "ok") & (out["precision"] == "") & widest.notna()
+    out.loc[todo, "precision"] = (widest[todo] <= target / 100).map({True: "met", False: "missed"})
+    out.loc[todo, "ci_target"] = target / 100
+    return out
+
+
+def precision_line(pairs_df) -> str | None:
+    """One line on the pairs that missed their precision target, e.g. ``precision: 11 of 18 pairs missed their
+    target (+-5%) ...``; None where every judged pair met it."""
+    counts = precision_counts(pairs_df)
+    if not counts["missed"]:
+        return None
+    ok = pairs_df[(pairs_df["status"] == "ok") & (pairs_df.get("precision") == "missed")]
+    targets = sorted({f"+-{t * 100:g}%" for t in ok["ci_target"].dropna()}) if "ci_target" in ok.columns else []
+    total = counts["met"] + counts["missed"] + counts["not judged"]
+    return (f"precision: {counts['missed']} of {total} pairs missed their target ({', '.join(targets) or 'unknown'}; "
+            "marked * in the matrix): their intervals are wider than the campaign asked for; "
+            "'sharewise pairs --extend 1 --retry-failed' extends them")
+
+
 def print_matrix(pairs_df) -> None:
     """Print one slowdown matrix per device and mode: row next to column, with the 95% confidence half-width
-    (``+-2%``) where the pairs have one, else the CV over repeats in brackets."""
+    (``+-2%``) where the pairs have one, else the CV over repeats in brackets; ``*`` marks a pair whose row
+    missed its precision target (``precision``)."""
     from sharewise.datasets.summary import slowdown_matrix
 
-    for (dev, mode), group in pairs_df.groupby(["device_name", "mode"]):
+    frame = pairs_df.assign(_split=pairs_df["split_a"].fillna(-1.0) if "split_a" in pairs_df else -1.0)
+    for (dev, mode, split), group in frame.groupby(["device_name", "mode", "_split"]):
+        # One matrix per split of the sharing knob: row next to column, the row's share first (70:30).
+        knob = "" if split < 0 else f", split {int(split)}:{100 - int(split)} (workload_a's share first)"
         matrix = slowdown_matrix(group)
         cis = slowdown_matrix(group, value="ci")
         cvs = slowdown_matrix(group, value="cv")
         if matrix.empty:
             continue
-        table = Table(title=f"slowdown of row next to column (+-95% CI half-width, or (CV)) - {dev}, mode {mode}")
+        missed = set()
+        if "precision" in group.columns:
+            rows = group[(group["status"] == "ok") & (group["precision"] == "missed")]
+            missed = {(a, b) for a, b in zip(rows["workload_a"], rows["workload_b"], strict=True)}
+            missed |= {(b, a) for a, b in missed}
+        table = Table(
+            title=f"slowdown of row next to column (+-95% CI half-width, or (CV)) - {dev}, mode {mode}{knob}"
+        )
         table.add_column("self \\ partner")
         for c in matrix.columns:
             table.add_column(c, justify="right")
@@ -403,7 +524,8 @@ def print_matrix(pairs_df) -> None:
                     continue
                 colour = "green" if v < 1.5 else "yellow" if v < 2.0 else "red"
                 spread = f" +-{h * 100:.1f}%" if h == h else "" if s != s else f" ({s * 100:.0f}%)"
-                cells.append(f"[{colour}]{v:.2f}[/{colour}]{spread}")
+                mark = "[red]*[/red]" if (r, c) in missed else ""
+                cells.append(f"[{colour}]{v:.2f}[/{colour}]{spread}{mark}")
             table.add_row(r, *cells)
         console.print(table)
 
@@ -419,8 +541,10 @@ def show(
     from sharewise.app.profiling import show as read
 
     result = read(data)
+    pairs = judged_by_meta(result.pairs, result.meta)
     if as_json:
-        print_json(result.to_json())
+        # The ok pairs by their precision judgment, e.g. {"met": 25, "missed": 11, "not judged": 0}.
+        print_json({**result.to_json(), "precision": precision_counts(pairs)})
         return
     overview, prof = result.overview, result.profiles
     console.print(f"[bold]{result.path}[/bold]")
@@ -437,6 +561,9 @@ def show(
             f"slowdowns known to within +-{overview['ci_median'] * 100:.1f}% (median 95% confidence half-width; "
             f"widest +-{overview['ci_max'] * 100:.1f}%)"
         )
+    line = precision_line(pairs)
+    if line:
+        console.print(line)
     if len(prof):
         table = Table(title="solo profiles")
         for col in ("workload", "family", "device", "mode", "batch", "steps/s", "CV", "features"):
@@ -458,7 +585,7 @@ def show(
         console.print(table)
         for note in unmeasured_notes(prof):
             console.print(note)
-    print_matrix(result.pairs)
+    print_matrix(pairs)
 
 
 def unmeasured_notes(profiles) -> list[str]:

@@ -5,19 +5,22 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.table import Table
 
-from sharewise.cli.common import console, one_of, print_json
+from sharewise.cli.common import Table, collector_paused, console, one_of, print_json
 from sharewise.deploy import EMITTERS
 from sharewise.errors import ConfigError
-from sharewise.planner.pairing import METHODS
+from sharewise.planner import METHODS
 
 
 def recommend(
     model: Path = typer.Option(..., "--model", "-m", help="Saved model.json (sharewise train)."),
     data: str = typer.Option(..., "--data", "-d", help="Dataset with the solo profiles of the jobs' workloads."),
     queue: Path = typer.Option(
-        ..., "--queue", "-q", help="Queue CSV: job_id, workload, optional gpus and remaining_s."
+        ...,
+        "--queue",
+        "-q",
+        help="Queue CSV: job_id, workload, optional gpus, remaining_s and bound (a job's maximum slowdown, e.g. "
+        "1.3, or 'protected' for 1.25: the slowdown contract).",
     ),
     gpus: int = typer.Option(None, "--gpus", help="Number of free GPUs (or give --cluster)."),
     cluster: Path = typer.Option(
@@ -41,6 +44,12 @@ def recommend(
         help="How --emit shares a GPU: auto (the measured mode if timeslice or mps, else timeslice), timeslice or mps.",
     ),
     node: str = typer.Option(None, "--node", help="Node of the --gpus N GPUs, for --emit (Slurm -w, HAMi)."),
+    split: str = typer.Option(
+        "auto",
+        "--split",
+        help="The sharing knob per pair: auto (chosen to keep every job's bound at p90 with the highest combined "
+        "throughput, where the model has pairs measured under the knob) or none.",
+    ),
 ):
     """Recommend which queued jobs should share a GPU: a maximum-throughput pairing within an SLO.
 
@@ -67,6 +76,7 @@ def recommend(
         method=method,
         sharing=sharing,
         node=node,
+        split=split,
     )
     if emit is not None:
         deployment = deploy(config, emit, out)
@@ -84,11 +94,15 @@ def recommend(
 
 
 def render_plan(plan) -> None:
-    """Print a recommendation: one row per placement, the method, the waiting jobs and the notes."""
+    """Print a recommendation: one row per placement, the method, the waiting jobs and the notes; with the slowdown
+    contract (jobs with bounds, or splits chosen) also each placement's split and its jobs' bounds."""
+    contract = any("bounds" in p or "split" in p for p in plan.placements)
+    extra = ("split", "bounds") if contract else ()
     table = Table(
         "GPU",
         "jobs",
         "workloads",
+        *extra,
         "p50 slowdown",
         "p90 slowdown",
         "gain",
@@ -104,10 +118,15 @@ def render_plan(plan) -> None:
         reason = ""
         if why:
             reason = "; ".join(f"{c['feature']} {c['contribution']:+.2f}" for c in why["a"][:2])
+        knob = ()
+        if contract:
+            split = f"{p['split']}:{100 - p['split']}" if p.get("split") is not None else "-"
+            knob = (split, " / ".join(p.get("bounds", [])))
         table.add_row(
             ",".join(p["gpus"]),
             " + ".join(p["jobs"]),
             " + ".join(p["workloads"]),
+            *knob,
             " / ".join(f"{x:.2f}" for x in p["p50"]),
             " / ".join(f"{x:.2f}" for x in p["p90"]),
             f"{p['gain']:+.2f}" if p["kind"] != "alone" else "alone",
@@ -123,4 +142,4 @@ def render_plan(plan) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    app.command()(recommend)
+    app.command()(collector_paused(recommend))

@@ -5,11 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.rule import Rule
-from rich.table import Table
 
 from sharewise.app.demo import DEMO_WORKLOADS
-from sharewise.cli.common import console
+from sharewise.cli.common import Rule, Table, console
 
 
 def report(

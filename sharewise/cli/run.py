@@ -6,10 +6,9 @@ import sys
 from pathlib import Path
 
 import typer
-from rich.table import Table
 
 from sharewise.cli import options
-from sharewise.cli.common import console, err_console, one_of, print_json
+from sharewise.cli.common import Table, console, err_console, one_of, print_json
 from sharewise.policy import REGISTRY as POLICIES
 from sharewise.runtime.lengths import DEFAULT_LENGTH_S
 
@@ -170,8 +169,8 @@ class RunProgress:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
             self._progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                      TextColumn("{task.fields[status]}"), TimeElapsedColumn(), console=err_console,
-                                      transient=False)
+                                      TextColumn("{task.fields[status]}"), TimeElapsedColumn(),
+                                      console=err_console.real, transient=False)
             self._progress.start()
         return self._progress
 

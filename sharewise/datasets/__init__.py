@@ -1,22 +1,37 @@
-"""Datasets: the profiles/pairs schema, the Parquet store, the shipped reference dataset and importers."""
+"""Datasets: the profiles/pairs schema, the Parquet store, the shipped reference dataset and importers.
 
-from sharewise.datasets.schema import (
-    PAIR_COLUMNS,
-    PAIR_STATUSES,
-    PROFILE_COLUMNS,
-    validate_pairs,
-    validate_profiles,
-)
-from sharewise.datasets.store import Dataset, open_dataset, read_datasets, resolve_dataset_path
+Importing this package imports nothing heavy: each public name loads its module on first use (PEP 562), so
+the CLI reads the registries of ``datasets.traces`` and ``datasets.importers`` without pandas or pyarrow.
+"""
 
-__all__ = [
-    "PAIR_COLUMNS",
-    "PAIR_STATUSES",
-    "PROFILE_COLUMNS",
-    "Dataset",
-    "open_dataset",
-    "read_datasets",
-    "resolve_dataset_path",
-    "validate_pairs",
-    "validate_profiles",
-]
+from __future__ import annotations
+
+import importlib
+
+# Public name -> the module that defines it (one table: ``__all__``, ``__dir__`` and ``__getattr__`` read it).
+_EXPORTS = {
+    "PAIR_COLUMNS": "schema",
+    "PAIR_STATUSES": "schema",
+    "PROFILE_COLUMNS": "schema",
+    "Dataset": "store",
+    "open_dataset": "store",
+    "read_datasets": "store",
+    "resolve_dataset_path": "store",
+    "validate_pairs": "schema",
+    "validate_profiles": "schema",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -40,6 +40,9 @@ PROFILE_OPTIONAL: dict[str, str] = {
     "profile_s": "float",  # seconds the profile took
     "probe_cv": "float",  # spread of f_probe_slowdown over its repeats (how far to trust it)
     "isolation": "str",  # warm: repeats in long-lived worker processes; fresh: each in new ones
+    # The sharing knob the pair ran under (``profiler.knob``): job a's share of the device in percent (5-95; job b
+    # had the rest), NaN where no knob limited either job (the default: both as the sharing mode gives them).
+    "split_a": "float",
     "source": "str",  # where the row came from: sharewise, csv, gavel, observed
     # JSON object: GPUs -> isolated steps/s of the whole job on that many GPUs, e.g. '{"1": 4.4, "2": 7.9}'.
     "scale_throughputs": "str",
@@ -79,9 +82,18 @@ PAIR_OPTIONAL: dict[str, str] = {
     "ci_a": "float",
     "ci_b": "float",
     "isolation": "str",  # warm: repeats in long-lived worker processes; fresh: each in new ones
+    # The sharing knob the pair ran under (``profiler.knob``): job a's share of the device in percent (5-95; job b
+    # had the rest), NaN where no knob limited either job (the default: both as the sharing mode gives them).
+    "split_a": "float",
     "pair_s": "float",  # seconds the pair run took, start-ups included
+    # The half-width target the pair was measured against (0.05: each slowdown within 5%); NaN where none.
+    "ci_target": "float",
+    # Whether both half-widths met ``ci_target`` once the repeats (and extensions) ended: "met" or "missed";
+    # "" where not judged (a failed run, imported rows, rows measured before sharewise recorded it).
+    "precision": "str",
 }
 PAIR_STATUSES = ("ok", "failed", "oom", "timeout", "skipped")
+PRECISIONS = ("met", "missed", "")
 # Columns of a predictions table: what the predictor writes and the policies read (p* are slowdowns).
 PREDICTION_COLUMNS = (
     "workload_a",
@@ -141,6 +153,12 @@ def validate_pairs(df: pd.DataFrame, source: str) -> pd.DataFrame:
     unknown = sorted(set(df["status"]) - set(PAIR_STATUSES))
     if unknown:
         raise SchemaError(f"{source}: column 'status' holds {unknown}; expected one of {list(PAIR_STATUSES)}")
+    if "precision" in df.columns:
+        unknown = sorted(set(df["precision"]) - set(PRECISIONS))
+        if unknown:
+            raise SchemaError(
+                f"{source}: column 'precision' holds {unknown}; expected 'met', 'missed' or '' (not judged)"
+            )
     ok = (df["status"] == "ok").to_numpy()
     for col in _PAIR_MEASURED:
         values = df[col].to_numpy(dtype=float)
@@ -153,6 +171,14 @@ def validate_pairs(df: pd.DataFrame, source: str) -> pd.DataFrame:
             raise SchemaError(
                 f"{source}: column {col!r} must be a positive finite number in rows with status 'ok', "
                 f"got {values[row]!r} in row {row}"
+            )
+    if "split_a" in df.columns:
+        split = df["split_a"].to_numpy(dtype=float)
+        bad = np.isfinite(split) & ((split < 5) | (split > 95))
+        if bad.any():
+            raise SchemaError(
+                f"{source}: column 'split_a' is job a's share of the device in percent, 5 to 95 (NaN: no knob), got "
+                f"{split[int(np.argmax(bad))]!r} in row {int(np.argmax(bad))}"
             )
     return df
 

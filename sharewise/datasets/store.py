@@ -130,7 +130,8 @@ class Dataset:
         df = _read_folder(self.pairs_dir, validate_pairs)
         if df is None:
             return validate_pairs(pd.DataFrame(columns=list(_pair_columns())), "empty pairs")
-        keys = list(PAIR_KEY) + [c for c in ("batch_size_a", "batch_size_b") if c in df.columns]
+        # A pair measured at several splits is several measurements (a row without a knob has split_a NaN).
+        keys = list(PAIR_KEY) + [c for c in ("batch_size_a", "batch_size_b", "split_a") if c in df.columns]
         return _latest(df, keys) if latest else df
 
     def require(self, profiles: bool = True, pairs: bool = False) -> None:

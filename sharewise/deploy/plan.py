@@ -61,14 +61,18 @@ RULES = {
         "limit, or on a device of unknown memory, are never emitted"
     ),
     "mps_active_thread_percentage": (
-        f"per job of an MPS-shared GPU: 100 x d / (d_a + d_b), rounded and clipped to [{MPS_MIN_PERCENT}, "
-        f"{100 - MPS_MIN_PERCENT}], the partner gets the rest (the two sum to 100); d = "
+        "per job of an MPS-shared GPU: where the model has pairs measured under the sharing knob, the split the "
+        "slowdown contract chose (planner.contract: both jobs' bounds kept at the predicted p90 at that split, then "
+        "the highest 1/p50_a + 1/p50_b; split_source 'contract'); else 100 x d / (d_a + d_b), rounded and clipped "
+        f"to [{MPS_MIN_PERCENT}, {100 - MPS_MIN_PERCENT}], the partner gets the rest (the two sum to 100); d = "
         + ", else ".join(f"{c} x {k:g}" for c, k in DEMAND_COLUMNS)
-        + ", else 1 (unknown counts as saturating); null for timeslice and for a job alone"
+        + ", else 1 (unknown counts as saturating; split_source 'demand', not predicted); null for timeslice and "
+        "for a job alone"
     ),
     "slowdowns": (
-        "p50/p90 are the model's predictions for the profiled device in the measured sharing mode; the runs "
-        "behind them had no thread or memory limits"
+        "p50/p90 are the model's predictions for the profiled device in the measured sharing mode: at the "
+        "emitted split where split_source is 'contract' (predicted from pairs measured under the knob and the jobs' "
+        "scaling curves), else without any thread or memory limit, as the runs behind them had none"
     ),
     "observe": (
         f"every job exports its step rate for `sharewise collect` on port {DEFAULT_PORT} + its rank among the plan's "
@@ -139,6 +143,23 @@ def limits_fit(limits: np.ndarray, device_memory: float | None) -> np.ndarray:
     return np.isfinite(total) & (total <= device_memory)
 
 
+def sharing_allowed(resources: dict[str, WorkloadResources], workloads: Sequence[str], device_memory: float | None,
+                    strict: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The memory rule of sharing, for ``recommend`` and ``run`` alike: return ``(allowed, unknown)``, where
+    ``allowed[i, j]`` says whether workloads ``i`` and ``j`` may share a device: their memory limits
+    (``memory_limit`` of their peaks, ``resources``) fit ``device_memory`` together, or (unless ``strict``) a
+    limit or the device memory is unknown (``unknown[i, j]``: the pair's measured status then decides).
+
+    Example: peaks giving limits of 6e9 and 12e9 bytes and one unknown, on 16e9: ``allowed`` is ``[[True, False,
+    True], [False, False, True], [True, True, True]]``; with ``strict`` the last row and column are False.
+    """
+    limits = np.array([memory_limit(resources[w].peak_memory_bytes) or np.nan for w in workloads], dtype=float)
+    ok = limits_fit(limits, device_memory)
+    known_device = device_memory is not None and math.isfinite(device_memory)
+    unknown = ~np.isfinite(limits[:, None] + limits[None, :]) | (not known_device)
+    return (ok if strict else ok | unknown), unknown
+
+
 def thread_percentages(demands: Sequence[float | None]) -> list[int]:
     """Return the MPS active-thread percentages of the two jobs of a GPU (see ``RULES``).
 
@@ -182,6 +203,11 @@ class JobDeploy:
     demand_source: str | None
     spec: str | None = None  # the workload spec the job was queued as, where it is a command
     observe_port: int | None = None  # the port it serves its step rate on (``observe_env``)
+    #: The job's bound of the slowdown contract (``"<= 1.3"``, ``"protected (<= 1.25)"``, ``"none"``; None: none asked).
+    bound: str | None = None
+    #: Where its thread percentage comes from: ``"contract"`` (the split chosen for its bound, predicted at it) or
+    #: ``"demand"`` (the SM-demand ratio, not predicted: no pair was measured under the knob).
+    split_source: str | None = None
 
     @property
     def memory_limit_mib(self) -> int | None:
@@ -225,6 +251,8 @@ class JobDeploy:
             "memory_limit_bytes": self.memory_limit_bytes,
             "memory_limit_mib": self.memory_limit_mib,
             "active_thread_percentage": self.active_thread_percentage,
+            "split_source": self.split_source,
+            "bound": self.bound,
             "sm_demand": self.sm_demand,
             "demand_source": self.demand_source,
             "observe": {"port": self.observe_port, "env": self.observe_env()},
@@ -379,7 +407,13 @@ def build_deploy_plan(
                 raise InvalidPlacementError(
                     f"GPU {p['gpus'][0]}: limits {limits} exceed the device's {int(device_memory)} bytes"
                 )
-        pct = thread_percentages([r.sm_demand for r in res]) if shared and sharing == "mps" else [None] * len(res)
+        if shared and sharing == "mps" and p.get("split") is not None:
+            # The split the slowdown contract chose (``planner.contract``): predicted at it, bounds kept at p90.
+            pct = [int(p["split"]), 100 - int(p["split"])]
+        elif shared and sharing == "mps":
+            pct = thread_percentages([r.sm_demand for r in res])
+        else:
+            pct = [None] * len(res)
         jobs = tuple(
             JobDeploy(
                 job_id=str(job),
@@ -395,6 +429,8 @@ def build_deploy_plan(
                 demand_source=r.demand_source,
                 spec=None if spec == w else spec,
                 observe_port=ports[k],
+                bound=(p.get("bounds") or [None] * len(p["jobs"]))[k],
+                split_source="contract" if p.get("split") is not None else ("demand" if pct[k] is not None else None),
             )
             for k, (job, w, r, spec) in enumerate(
                 zip(p["jobs"], p["workloads"], res, p.get("specs", p["workloads"]), strict=True)

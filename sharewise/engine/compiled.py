@@ -23,8 +23,8 @@ _PACKAGE = Path(__file__).resolve().parents[1]
 #: sits below the policies and never imports them.
 SOURCES = tuple(
     [_PACKAGE / "engine" / "order.py", _PACKAGE / "engine" / "gpus.py"]
-    + [_PACKAGE / "policy" / "ours" / f"{m}.py" for m in ("arrays", "placement", "rescue", "sharing", "slo", "srpt",
-                                                          "urgent", "victims")]
+    + [_PACKAGE / "policy" / "ours" / f"{m}.py" for m in ("arrays", "placement", "rescue", "reservation",
+                                                          "sharing", "slo", "srpt", "urgent", "victims")]
 )
 
 

@@ -1,6 +1,6 @@
 """Compiled GPU picks the policies share: packed free GPUs, PAL's fastest block, and the GPUs holding one job.
 
-The one implementation of each rule: ``base.pick_free_gpus``, ``pal.fastest_block``, the sharing baselines'
+The one implementation of each rule: ``free_gpus.packed_block``, ``pal.fastest_block``, the sharing baselines'
 bookkeeping and ``sharewise``'s kernels all call these. ``tests/policy_oracles.py`` holds the Python rules they
 replaced, and ``tests/test_policy_kernels.py`` holds them equal. A GPU is free where ``occupancy`` is 0 (any array
 whose free entries compare equal to 0: counts of jobs, or a mask of the GPUs not free).

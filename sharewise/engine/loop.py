@@ -33,6 +33,12 @@ Semantics, stated once:
 - **Speed.** A job runs on each GPU at that GPU's speed, or with ``Cluster.variability`` at that GPU's speed
   for the job's class (1 / PAL's factor, ``job_class``); a multi-GPU job at its slowest GPU's, divided by the
   cross-node slowdown when its GPUs span nodes.
+- **Progress.** The world reports what happened; the loop keeps the account, with one rule for both worlds.
+  A running job's remaining work (exclusive seconds on a speed-1.0 GPU) goes down by the work the world
+  reports it did (``World.progress``: before every policy call for every running job, and for a job whose rate
+  changes or that stops), up by what a start costs (``World.started``) and by a length learned anew
+  (``World.lengths``); a job that ends done has none left. Its attained service grows by its GPUs x the
+  seconds since it was last counted, at the same moments and when it ends.
 - **Observation.** When the world reports the measured slowdowns of two jobs that share a GPU, the policies'
   table holds them from then on (both orders, p10 = p50 = p90 = measured), with ``observe``; the GPUs of
   that pair count as just placed (``ClusterState.placed_at``), so a policy that re-checks fresh pairs sees
@@ -54,22 +60,12 @@ import numpy as np
 from sharewise.datasets.pair import both_orders
 from sharewise.engine import transition
 from sharewise.engine.cluster import Cluster
-from sharewise.engine.interface import (
-    MAX_JOBS_PER_GPU,
-    ClusterState,
-    Policy,
-    Queue,
-    as_decision,
-    check_placements,
-    readonly,
-)
+from sharewise.engine.policy_types import MAX_JOBS_PER_GPU, ClusterState, Policy, Queue, as_decision, readonly
 from sharewise.engine.result import RunResult
 from sharewise.engine.table import SlowdownTable
-from sharewise.engine.world import Jobs, Observation, World, job_name
+from sharewise.engine.validation import check_placements
+from sharewise.engine.world import DONE, QUEUED, RUNNING, Jobs, Observation, World, job_name
 from sharewise.errors import InvalidPlacementError, UnknownRateError
-
-#: Job states of the loop.
-WAITING, QUEUED, RUNNING, DONE, FAILED = 0, 1, 2, 3, 4
 
 
 class SchedulingLoop:
@@ -141,8 +137,9 @@ class SchedulingLoop:
         self.job_class = np.zeros(n, np.int64) if variability is None else np.asarray(job_class, dtype=np.int64)
         self.job_class_list = None if variability is None else self.job_class.tolist()
 
-        self.remaining = self.duration.copy()  # exact at the last refresh for running jobs
+        self.remaining = self.duration.copy()  # exact as of each job's last progress report
         self.attained = np.zeros(n)  # GPU-seconds run
+        self.counted = np.zeros(n)  # when each running job's service was last counted
         self.start = np.full(n, np.nan)
         self.finish = np.full(n, np.nan)
         self.eff_speed = np.ones(n)  # speed the job would have alone on its GPUs, for the realized slowdown
@@ -202,7 +199,7 @@ class SchedulingLoop:
             ngpus=readonly(self.ngpus), workload=self.wl_list, status=readonly(self.status), gpus=self.job_gpus,
             resident=readonly(self.resident), occupancy=readonly(self.occupancy), speed=readonly(self.speed),
             class_speed=readonly(self.class_speed), job_class=self.job_class_list, cross=readonly(self.eff_cross),
-            observed=self.observed, remaining=self.remaining, attained=self.attained, job_id=job_id, line=line,
+            observed=self.observed, remaining=readonly(self.remaining), job_id=job_id, line=line,
         )
         world.bind(self.jobs)
 
@@ -223,7 +220,9 @@ class SchedulingLoop:
             for j, work in world.lengths():
                 if not (math.isfinite(work) and work >= 0):
                     self._refuse_work(j, work)
-                self.duration[j] = work  # a real length replaced an estimate: policies see it from now on
+                # A real length replaced an estimate: policies see it from now on, what is left moves with it.
+                self.remaining[j] += work - self.duration[j]
+                self.duration[j] = work
             for j, status in world.finished(now):
                 self._end(j, status, now, affected)
             self._arrive(now)
@@ -235,6 +234,7 @@ class SchedulingLoop:
             placed = self._schedule(now, affected, woken) if self._may_schedule(now) else False
             for j in sorted(affected):
                 if self.status[j] == RUNNING:
+                    self._account(now, *world.progress(now, (j,)))
                     world.rate_changed(j, now)
             self._learn(now)
             if not placed:
@@ -270,7 +270,10 @@ class SchedulingLoop:
         return abs(now - k * self.round_s) <= self.world.tolerance(now)
 
     def _end(self, j: int, status: int, now: float, affected: set[int]) -> None:
-        """Job ``j`` ended now (done, or failed in a physical run): free its GPUs."""
+        """Job ``j`` ended now (done, or failed in a physical run): count its service, free its GPUs."""
+        self._account(now, np.array([j]), np.zeros(1))
+        if status == DONE:
+            self.remaining[j] = 0.0
         self.status[j] = status
         self.finish[j] = now
         affected.discard(j)
@@ -297,7 +300,7 @@ class SchedulingLoop:
         even with no job waiting."""
         if not (self._waiting_work() or (woken and self.preemptive)):
             return False
-        self.world.refresh(now)
+        self._account(now, *self.world.progress(now))
         queue = self.queue
         q = self._queue_view(queue)
         self.calls += 1
@@ -347,6 +350,7 @@ class SchedulingLoop:
         was = tuple(sorted(self.job_gpus[j]))
         self._replaced[j] = was
         if again != was:
+            self._account(now, *self.world.progress(now, (j,)))
             self.world.stopped(j, now)  # still on its GPUs: the world may note where it was
         self._vacate(j, affected)
         self.preemptions += 1
@@ -384,8 +388,22 @@ class SchedulingLoop:
         self.eff_speed[j] = sp / self.eff_cross[j]
         affected.add(j)
         if not kept:
-            self.world.started(j, gs, now, restart)
+            self.remaining[j] += self.world.started(j, gs, now, restart)
+            self.counted[j] = now
         return j
+
+    def _account(self, now: float, jobs: np.ndarray, work: np.ndarray) -> None:
+        """The one rule of progress: each of ``jobs`` did ``work`` (exclusive seconds, the world's report) and
+        ran on its GPUs since it was last counted, up to ``now``."""
+        if len(jobs):
+            self.remaining[jobs] -= work
+            self.attained[jobs] += self.ngpus[jobs] * (now - self.counted[jobs])
+            self.counted[jobs] = now
+
+    def catch_up(self, now: float) -> None:
+        """Bring every running job's remaining work and attained service up to ``now`` (``World.progress``), as
+        between two events before a snapshot: the snapshot then holds each job's progress so far."""
+        self._account(now, *self.world.progress(now))
 
     def _learn(self, now: float) -> bool:
         """Take the world's new measurements into the policies' view (with ``observe``); return whether any
@@ -409,7 +427,8 @@ class SchedulingLoop:
 
     # ---- stopping and resuming (physical runs) --------------------------------------------------------
     def snapshot(self) -> dict:
-        """The loop's state between two events, as plain JSON values (``restore`` takes it back).
+        """The loop's state between two events, as plain JSON values (``restore`` takes it back; ``catch_up``
+        first, for each running job's progress up to the moment of the snapshot).
 
         Example: ``{"now": 312.4, "status": [3, 2, 1], "start": [0.0, 40.2, None], ..., "queue": [2]}``.
         """
@@ -421,7 +440,7 @@ class SchedulingLoop:
             "finish": floats(self.finish), "remaining": self.remaining.tolist(), "attained": self.attained.tolist(),
             "restarts": self.restarts.tolist(), "next_arrival": self.next_arrival, "queue": self.queue.tolist(),
             "wake": None if self.wake == math.inf else self.wake, "calls": self.calls, "events": self.events,
-            "preemptions": self.preemptions, "busy_seconds": self.busy_seconds,
+            "preemptions": self.preemptions, "migrations": self.migrations, "busy_seconds": self.busy_seconds,
             "learned": [list(x) for x in self.learned], "work": self.duration.tolist(),
             "shared": self.shared.tolist(),
         }
@@ -448,7 +467,9 @@ class SchedulingLoop:
         self.wake = math.inf if snap["wake"] is None else float(snap["wake"])
         if self.queue.shape[0]:
             self.wake = min(self.wake, self.last)  # the jobs that were running wait: call the policy at once
+        self.counted[:] = self.last
         self.calls, self.events, self.preemptions = snap["calls"], snap["events"], snap["preemptions"]
+        self.migrations = int(snap.get("migrations", 0))
         self.busy_seconds = float(snap["busy_seconds"])
         learned = snap.get("learned", [])
         if learned and self.observe:
@@ -510,6 +531,9 @@ class SchedulingLoop:
             preemptions=self.preemptions,
             migrations=self.migrations,
             shared=self.shared.copy(),
+            status=self.status.copy(),
+            restarts=self.restarts.copy(),
+            gpus=self.ngpus,
         )
         result.metrics = result.compute_metrics()
         return result

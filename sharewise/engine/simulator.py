@@ -21,11 +21,11 @@ from numba import njit
 
 from sharewise.datasets.traces import check_trace
 from sharewise.engine.cluster import Cluster, seeded_speeds  # noqa: F401 - re-exported for callers
-from sharewise.engine.interface import Policy
-from sharewise.engine.loop import DONE, SchedulingLoop
+from sharewise.engine.loop import SchedulingLoop
+from sharewise.engine.policy_types import Policy
 from sharewise.engine.result import RunResult
 from sharewise.engine.table import SlowdownTable
-from sharewise.engine.world import Jobs, Observation
+from sharewise.engine.world import DONE, Jobs, Observation
 from sharewise.errors import ConfigError, UnknownRateError
 
 if TYPE_CHECKING:
@@ -116,9 +116,10 @@ class SimWorld:
     partner, at their slowest GPU, divided by the cross-node slowdown when they span nodes), completions come
     from a heap, and a restart after preemption costs ``Cluster.preempt_delay_s`` of exclusive run time.
 
-    Running jobs hold an exact ``remaining`` at ``anchor_t`` and a ``rate``; a rate change re-anchors the job
-    and pushes a new completion event stamped with the job's ``version``, so a stale event is skipped. A pair
-    is observed the moment it forms: the truth holds its slowdowns.
+    A running job runs at ``rate`` since ``anchor_t``: its progress report is ``rate`` x the seconds since, and
+    re-anchors it. A rate change pushes a new completion event, from the remaining work the loop keeps
+    (``Jobs.remaining``, its last report taken), stamped with the job's ``version``, so a stale event is
+    skipped. A pair is observed the moment it forms: the truth holds its slowdowns.
     """
 
     def tolerance(self, now: float) -> float:
@@ -155,42 +156,46 @@ class SimWorld:
 
     def finished(self, now: float) -> list[tuple[int, int]]:
         """Pop the jobs due now (a tolerance absorbs float error in remaining / rate)."""
-        heap, version, jobs = self.heap, self.version, self.jobs
+        heap, version = self.heap, self.version
         tol = 1e-9 * max(1.0, abs(now))
         done = []
         while heap and heap[0][0] <= now + tol:
             _, j, v = heapq.heappop(heap)
             if v != version[j]:
                 continue
-            jobs.attained[j] += jobs.ngpus[j] * (now - self.anchor_t[j])
-            jobs.remaining[j] = 0.0
             self.rate[j] = 0.0
             version[j] += 1
             done.append((j, DONE))
         return done
 
-    def refresh(self, now: float) -> None:
-        jobs = self.jobs
-        advance(jobs.resident, float(now), self.anchor_t, jobs.remaining, self.rate, jobs.attained, jobs.ngpus)
+    def progress(self, now: float, jobs=None) -> tuple[np.ndarray, np.ndarray]:
+        if jobs is None:
+            return advance(self.jobs.resident, float(now), self.anchor_t, self.rate)
+        work = np.empty(len(jobs))
+        for k, j in enumerate(jobs):
+            work[k] = self.rate[j] * (now - self.anchor_t[j])
+            self.anchor_t[j] = now
+        return np.asarray(jobs, dtype=np.int64), work
 
-    def started(self, j: int, gpus: list[int], now: float, restart: bool) -> None:
-        jobs = self.jobs
+    def started(self, j: int, gpus: list[int], now: float, restart: bool) -> float:
+        cost = 0.0
         if restart:
             if self.move_cost is None:
-                jobs.remaining[j] += self.preempt_delay
+                cost = self.preempt_delay
             elif self.last_gpus.get(j) != gpus:  # resumed in place costs nothing; a move restarts the job
-                jobs.remaining[j] += self.move_cost[j]
+                cost = float(self.move_cost[j])
         self.anchor_t[j] = now
-        if not self.observe:
-            return
-        resident, wl = jobs.resident, jobs.workload
-        for g in gpus:
-            other = int(resident[g, 0])
-            if other == j:
-                continue
-            a, b = wl[j], wl[other]
-            if (a, b) not in jobs.observed:
-                self.found.append(Observation(j, other, float(self.truth_p50[a, b]), float(self.truth_p50[b, a])))
+        if self.observe:
+            jobs = self.jobs
+            resident, wl = jobs.resident, jobs.workload
+            for g in gpus:
+                other = int(resident[g, 0])
+                if other == j:
+                    continue
+                a, b = wl[j], wl[other]
+                if (a, b) not in jobs.observed:
+                    self.found.append(Observation(j, other, float(self.truth_p50[a, b]), float(self.truth_p50[b, a])))
+        return cost
 
     def stopped(self, j: int, now: float) -> None:
         self.rate[j] = 0.0
@@ -200,10 +205,6 @@ class SimWorld:
 
     def rate_changed(self, j: int, now: float) -> None:
         jobs = self.jobs
-        dt = now - self.anchor_t[j]
-        jobs.remaining[j] -= self.rate[j] * dt
-        jobs.attained[j] += jobs.ngpus[j] * dt
-        self.anchor_t[j] = now
         r = self._job_rate(j)
         if not 0.0 < r < math.inf or jobs.remaining[j] != jobs.remaining[j]:
             self._refuse(j, r)
@@ -260,15 +261,20 @@ class SimWorld:
 
 
 @njit(cache=True, nogil=True)
-def advance(resident, now, anchor_t, remaining, rate, attained, ngpus):  # pragma: no cover - compiled
-    """Bring every running job's remaining work and attained service up to ``now`` (``SimWorld.refresh``; a
-    multi-GPU job, seen on each of its GPUs, once: its anchor is ``now`` after the first)."""
+def advance(resident, now, anchor_t, rate):  # pragma: no cover - compiled
+    """Every running job's work since its anchor, up to ``now`` (``SimWorld.progress``): ``(jobs, work)``, each
+    job re-anchored at ``now`` (a multi-GPU job, seen on each of its GPUs, once: its anchor is ``now`` after the
+    first). A job anchored at ``now`` already did no work since and is left out."""
+    jobs = np.empty(resident.size, dtype=np.int64)
+    work = np.empty(resident.size)
+    n = 0
     for gpu in range(resident.shape[0]):
         for slot in range(resident.shape[1]):
             job = resident[gpu, slot]
             if job < 0 or anchor_t[job] == now:
                 continue
-            dt = now - anchor_t[job]
-            remaining[job] -= rate[job] * dt
-            attained[job] += ngpus[job] * dt
+            jobs[n] = job
+            work[n] = rate[job] * (now - anchor_t[job])
             anchor_t[job] = now
+            n += 1
+    return jobs[:n], work[:n]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sharewise.engine.interface import MAX_JOBS_PER_GPU
+from sharewise.engine.policy_types import MAX_JOBS_PER_GPU
 
 
 def vacate(resident: np.ndarray, occupancy: np.ndarray, job: int, gpus) -> list[int]:

@@ -29,17 +29,17 @@ from pathlib import Path
 
 import pandas as pd
 
+from sharewise.datasets.pair_row import OBSERVED, pair_row
 from sharewise.datasets.store import Dataset
 from sharewise.errors import ConfigError
 from sharewise.observe.intervals import Stretch, device_of, rate_window, stretches
 from sharewise.observe.series import JobSeries, Observed, read_prometheus, read_scrapes
 from sharewise.profiler import confidence
-from sharewise.profiler.config import WARMUP_STEPS, RunConfig, default_mode
-from sharewise.profiler.pair import PairTask, aggregate, empty_row
+from sharewise.profiler.config import WARMUP_STEPS, RunConfig, default_mode, device_kind
+from sharewise.profiler.pair import PairTask, aggregate
 from sharewise.profiler.session import RepeatResult, Window
 
 #: The ``source`` of the rows written.
-OBSERVED = "observed"
 #: Outcome of an interval whose pair was written.
 WRITTEN = "written"
 
@@ -200,13 +200,11 @@ def _pair_row(key: tuple[str, str, str, str], parts: list, config: RunConfig) ->
     if reason:
         return reason
     name_a, name_b, device_name, _ = key
-    task = PairTask(name_a, name_b, name_a, name_b)
-    row = empty_row(task, config, device_name, "ok", "")
-    row.update(aggregate(task, repeats))
-    row.update(source=OBSERVED, host=parts[0][0].host or row["host"],
-               isolation="observed:" + "+".join(dict.fromkeys(p[2] for p in parts)),
-               pair_s=sum(i.t1 - i.t0 for i, *_ in parts))
-    return row
+    return pair_row(name_a, name_b, device_kind=device_kind(config.device), device_name=device_name,
+                    mode=config.mode, size=config.size, batch_size=config.batch_size or 0,
+                    isolation="observed:" + "+".join(dict.fromkeys(p[2] for p in parts)), host=parts[0][0].host,
+                    **aggregate(PairTask(name_a, name_b, name_a, name_b), repeats), source=OBSERVED,
+                    pair_s=sum(i.t1 - i.t0 for i, *_ in parts))
 
 
 def _interval(observed: Observed, st: Stretch) -> Interval:

@@ -5,6 +5,7 @@ Both come as tables (read from CSV by the caller); every problem is a ``TraceErr
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,7 +24,8 @@ class ClusterLayout:
 
     gpu_ids: list[str]
     node: np.ndarray
-    residents: list[list[tuple[str, int, int]]]  # per GPU: (job id, workload id, GPUs of that job)
+    # Per GPU: (job id, workload id, GPUs of that job); GPUs without residents may share one empty tuple.
+    residents: list[Sequence[tuple[str, int, int]]]
 
 
 def normalize_queue(queue: pd.DataFrame, table: SlowdownTable) -> pd.DataFrame:
@@ -33,27 +35,21 @@ def normalize_queue(queue: pd.DataFrame, table: SlowdownTable) -> pd.DataFrame:
             f"queue: missing column(s) {missing}; expected {list(QUEUE_COLUMNS)} and optionally gpus, "
             "remaining_s"
         )
-    jobs = pd.DataFrame(
-        {
-            "job_id": queue["job_id"].astype(str).str.strip().to_numpy(dtype=object),
-            "workload": queue["workload"].astype(str).str.strip().to_numpy(dtype=object),
-        }
-    )
-    gpus = (
-        pd.to_numeric(queue["gpus"], errors="coerce")
-        if "gpus" in queue.columns
-        else pd.Series(1, index=queue.index)
-    )
-    bad = gpus.isna().to_numpy() | (gpus.to_numpy(dtype=float) < 1) | (gpus.to_numpy(dtype=float) % 1 != 0)
+    job_id = queue["job_id"].astype(str).str.strip()
+    workload = queue["workload"].astype(str).str.strip()
+    # Job ids become Python strings (the placements name them); workloads stay Arrow text, read once per name.
+    jobs = pd.DataFrame({"job_id": job_id.to_numpy(dtype=object), "workload": workload.array})
+    gpus = _numbers(queue["gpus"]) if "gpus" in queue.columns else np.ones(len(queue))
+    bad = np.isnan(gpus) | (gpus < 1) | (gpus % 1 != 0)
     if bad.any():
         row = int(np.argmax(bad))
         raise TraceError(
             f"queue line {row + 2}: column 'gpus' must be a whole number >= 1, got "
             f"{queue['gpus'].iloc[row]!r}"
         )
-    jobs["gpus"] = gpus.to_numpy(dtype=float).astype(np.int64)
+    jobs["gpus"] = gpus.astype(np.int64)
     if "remaining_s" in queue.columns:
-        rem = pd.to_numeric(queue["remaining_s"], errors="coerce").to_numpy(dtype=float)
+        rem = _numbers(queue["remaining_s"])
         given = queue["remaining_s"].notna().to_numpy(copy=True)
         if not pd.api.types.is_numeric_dtype(queue["remaining_s"]):  # text: an empty cell is not given either
             given &= queue["remaining_s"].astype(str).str.strip().ne("").to_numpy()
@@ -67,13 +63,28 @@ def normalize_queue(queue: pd.DataFrame, table: SlowdownTable) -> pd.DataFrame:
         jobs["remaining_s"] = np.where(given, rem, np.nan)
     else:
         jobs["remaining_s"] = np.nan
-    dup = jobs["job_id"].duplicated()
+    dup = job_id.duplicated().to_numpy()  # on the text column as read (Arrow-backed: hashed without Python)
     if dup.any():
-        row = int(np.argmax(dup.to_numpy()))
+        row = int(np.argmax(dup))
         raise TraceError(f"queue line {row + 2}: job_id {jobs['job_id'].iloc[row]!r} appears twice")
-    jobs["wid"] = table.ids(jobs["workload"], what="queued workload")
+    # The table looks up each distinct workload once; an empty one goes the whole column's way, which names its line.
+    codes, uniques = pd.factorize(workload)
+    if (codes < 0).any():
+        jobs["wid"] = table.ids(jobs["workload"], what="queued workload")
+    else:
+        jobs["wid"] = table.ids(list(uniques), what="queued workload")[codes]
     jobs["pos"] = np.arange(len(jobs))
     return jobs
+
+
+def _numbers(column: pd.Series) -> np.ndarray:
+    """``pd.to_numeric(column, errors="coerce")`` as floats, each distinct value parsed once (a queue of 100,000
+    jobs asks for a handful of GPU counts). The distinct values are parsed together, with a missing one if the
+    column has any, so ``to_numeric`` sees what it would see in the whole column: the same numbers come out."""
+    if pd.api.types.is_numeric_dtype(column):
+        return pd.to_numeric(column, errors="coerce").to_numpy(dtype=float)
+    codes, uniques = pd.factorize(column, use_na_sentinel=False)
+    return pd.to_numeric(pd.Series(uniques, dtype=column.dtype), errors="coerce").to_numpy(dtype=float)[codes]
 
 
 def normalize_cluster(gpus: int | None, cluster: pd.DataFrame | None, table: SlowdownTable) -> ClusterLayout:
@@ -82,9 +93,7 @@ def normalize_cluster(gpus: int | None, cluster: pd.DataFrame | None, table: Slo
     if cluster is None:
         if gpus < 0:
             raise ConfigError(f"--gpus must be >= 0, got {gpus}")
-        return ClusterLayout(
-            [str(g) for g in range(gpus)], np.zeros(gpus, dtype=np.int64), [[] for _ in range(gpus)]
-        )
+        return ClusterLayout([str(g) for g in range(gpus)], np.zeros(gpus, dtype=np.int64), [()] * gpus)
     if "gpu" not in cluster.columns:
         raise TraceError(
             f"cluster: missing column 'gpu'; expected {list(CLUSTER_COLUMNS)} and optionally node, job_id, "

@@ -25,17 +25,16 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from sharewise.engine.interface import FreeGpus
+from sharewise.engine.free_gpus import FreeGpus
 from sharewise.engine.table import SlowdownTable
 from sharewise.errors import ConfigError
+from sharewise.planner import METHODS
 from sharewise.planner.jobs import ClusterLayout, normalize_cluster, normalize_queue
 
 EXACT_MAX_VARIABLES = 20_000
 # Greedy fallback: partners kept per workload type (the best by gain), so memory stays linear in types.
 GREEDY_PARTNERS = 32
 MILP_TIME_LIMIT_S = 1.5
-#: How ``plan_pairs`` may solve: the integer program when small enough (``auto``), always, or greedily.
-METHODS = ("auto", "exact", "greedy")
 
 
 @dataclass
@@ -153,9 +152,12 @@ def plan_pairs(
     t0 = time.perf_counter()
     jobs = normalize_queue(queue, table)
     layout = normalize_cluster(gpus, cluster, table)
-    free_gpus = [g for g, r in enumerate(layout.residents) if not r]
-    # Offered residents: GPUs holding exactly one job that runs on that GPU only.
-    host_gpus = [g for g, r in enumerate(layout.residents) if len(r) == 1 and r[0][2] == 1]
+    if any(layout.residents):
+        free_gpus = [g for g, r in enumerate(layout.residents) if not r]
+        # Offered residents: GPUs holding exactly one job that runs on that GPU only.
+        host_gpus = [g for g, r in enumerate(layout.residents) if len(r) == 1 and r[0][2] == 1]
+    else:  # --gpus N: every GPU free
+        free_gpus, host_gpus = list(range(len(layout.residents))), []
     problem = _problem(jobs, layout, table, host_gpus, len(free_gpus), max_slowdown)
     n_vars = problem.n_vars
     use_exact = method == "exact" or (method == "auto" and n_vars <= exact_max_variables)
@@ -365,12 +367,16 @@ def _solve_greedy(p: _Problem) -> dict:
 def _collector_paused():
     """Pause Python's cyclic garbage collector: the placements of 100,000 jobs are some 300,000 new dicts and
     lists (none in a reference cycle), whose allocation otherwise sets off full collections over every object
-    alive, 60% of the assignment's time on 50,000 GPUs."""
+    alive, 60% of the assignment's time on 50,000 GPUs. Afterwards they move to the oldest generation
+    unexamined (``freeze`` then ``unfreeze``): switching the collector back on would otherwise examine them all
+    at the next allocation, a third of the assignment's time again."""
     enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
+        gc.freeze()
+        gc.unfreeze()
         if enabled:
             gc.enable()
 
@@ -380,11 +386,11 @@ def _assign(p: _Problem, counts: dict, jobs, layout: ClusterLayout, table, free_
 
     Linear in jobs and GPUs: each type's jobs and each resident type's hosts are consumed through a cursor,
     and free GPUs come from ``FreeGpus`` (``pick_free_gpus``'s rule without a scan of every GPU per job).
+    The jobs of each type are found with numpy (a stable sort by remaining time puts unknown times last and
+    keeps queue order among ties), and each placement is one dict literal: Python's work is one dict and its
+    lists per placement.
     """
-    order = jobs.sort_values(["remaining_s", "pos"], na_position="last", kind="stable")
-    by_type: dict[tuple[int, int], list[int]] = {}
-    for pos, w, g in zip(order["pos"].tolist(), order["wid"].tolist(), order["gpus"].tolist(), strict=True):
-        by_type.setdefault((int(w), int(g)), []).append(pos)
+    by_type = _jobs_by_type(jobs)
     cursor = dict.fromkeys(by_type, 0)
     ids = jobs["job_id"].tolist()
     free = np.zeros(len(layout.gpu_ids), dtype=bool)
@@ -394,52 +400,78 @@ def _assign(p: _Problem, counts: dict, jobs, layout: ClusterLayout, table, free_
     for g in host_gpus:
         hosts_of.setdefault(layout.residents[g][0][1], []).append(g)
     next_host = dict.fromkeys(hosts_of, 0)
-    placed: set[int] = set()
     out: list[dict] = []
 
     def take(w: int, g: int, n: int) -> list[int]:
         at = cursor[(w, g)]
         got = by_type[(w, g)][at : at + n]
         cursor[(w, g)] = at + len(got)
-        placed.update(got)
         return got
 
-    def host(r: int) -> int:
-        at = next_host[r]
-        next_host[r] = at + 1
-        return hosts_of[r][at]
-
     gid = layout.gpu_ids
+    names = table.workloads
     for m, (w, g) in enumerate(p.multi):  # multi-GPU jobs first: they need whole blocks of GPUs
         for pos in take(w, g, int(counts["alonem"][m])):
-            out.append(_alone([gid[x] for x in gpus_free.take(g)], ids[pos], table.workloads[w], g))
+            out.append(_alone([gid[x] for x in gpus_free.take(g)], ids[pos], names[w], g))
     # Then one GPU per pair and per lone job, in this order: handed out in one go.
-    singles = iter(gpus_free.take_ones(int(counts["pairs"].sum()) + int(counts["alone1"].sum())))
+    singles = [gid[x] for x in gpus_free.take_ones(int(counts["pairs"].sum()) + int(counts["alone1"].sum()))]
+    used = 0
     for e in np.argsort(-p.pair_v, kind="stable").tolist():  # best pairs first in the output
         a, b = int(p.t1[p.pair_a[e]]), int(p.t1[p.pair_b[e]])
         n = int(counts["pairs"][e])
         if n:
-            shared = _shared_fields("pair", a, b, table)
-            for ja, jb in zip(take(a, 1, n), take(b, 1, n), strict=True) if a != b else _twos(take(a, 1, 2 * n)):
-                out.append({"gpus": [gid[next(singles)]], "jobs": [ids[ja], ids[jb]], **shared()})
+            wa, wb, p50, p90, gain, rate = _shared_fields("pair", a, b, table)
+            if a != b:
+                firsts, seconds = take(a, 1, n), take(b, 1, n)
+            else:
+                both = take(a, 1, 2 * n)
+                firsts, seconds = both[0::2], both[1::2]
+            for ja, jb, gpu in zip(firsts, seconds, singles[used : used + len(firsts)], strict=True):
+                out.append({"gpus": [gpu], "jobs": [ids[ja], ids[jb]], "workloads": [wa, wb], "kind": "pair",
+                            "p50": [*p50], "p90": [*p90], "gain": gain, "rate": rate})  # fmt: skip
+            used += len(firsts)
     for e in np.argsort(-p.join_v, kind="stable").tolist():
         a, r = int(p.t1[p.join_a[e]]), int(p.tr[p.join_r[e]])
         n = int(counts["joins"][e])
         if n:
-            shared = _shared_fields("join", a, r, table)
+            wa, wb, p50, p90, gain, rate = _shared_fields("join", a, r, table)
             for ja in take(a, 1, n):
-                g = host(r)
-                out.append({"gpus": [gid[g]], "jobs": [ids[ja], layout.residents[g][0][0]], **shared()})
+                at = next_host[r]
+                next_host[r] = at + 1
+                g = hosts_of[r][at]
+                out.append({"gpus": [gid[g]], "jobs": [ids[ja], layout.residents[g][0][0]], "workloads": [wa, wb],
+                            "kind": "join", "p50": [*p50], "p90": [*p90], "gain": gain, "rate": rate})  # fmt: skip
     for t, w in enumerate(p.t1.tolist()):
-        for pos in take(int(w), 1, int(counts["alone1"][t])):
-            out.append(_alone([gid[next(singles)]], ids[pos], table.workloads[w], 1))
-    waiting = [ids[i] for i in range(len(ids)) if i not in placed]
+        lone = take(int(w), 1, int(counts["alone1"][t]))
+        name = names[w]
+        for pos, gpu in zip(lone, singles[used : used + len(lone)], strict=True):
+            out.append({"gpus": [gpu], "jobs": [ids[pos]], "workloads": [name], "kind": "alone", "p50": [1.0],
+                        "p90": [1.0], "gain": 0.0, "rate": 1.0})  # fmt: skip
+        used += len(lone)
+    placed = np.zeros(len(ids), dtype=bool)
+    for key, at in cursor.items():
+        placed[by_type[key][:at]] = True
+    waiting = [ids[i] for i in np.flatnonzero(~placed).tolist()]
     return out, waiting
 
 
-def _twos(jobs: list[int]):
-    """Consecutive jobs of one type as pairs: (j0, j1), (j2, j3), ..."""
-    return zip(jobs[0::2], jobs[1::2], strict=True)
+def _jobs_by_type(jobs) -> dict[tuple[int, int], list[int]]:
+    """Queue positions of the jobs of each ``(workload id, GPUs)`` type, shortest remaining time first (unknown
+    last), then in queue order: ``{(3, 1): [7, 0, 12], (5, 2): [4]}``."""
+    order = np.argsort(jobs["remaining_s"].to_numpy(dtype=float), kind="stable")  # NaN sorts last
+    wid = jobs["wid"].to_numpy(dtype=np.int64)[order]
+    k = jobs["gpus"].to_numpy(dtype=np.int64)[order]
+    if not order.shape[0]:
+        return {}
+    key = wid * (int(k.max()) + 1) + k
+    grouped = np.argsort(key, kind="stable")
+    key, wid, k, order = key[grouped], wid[grouped], k[grouped], order[grouped]
+    starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+    ends = np.r_[starts[1:], key.shape[0]]
+    positions = order.tolist()
+    return {
+        (int(wid[s]), int(k[s])): positions[s:e] for s, e in zip(starts.tolist(), ends.tolist(), strict=True)
+    }
 
 
 def _alone(gpus: list[str], job: str, workload: str, k: int) -> dict:
@@ -447,34 +479,21 @@ def _alone(gpus: list[str], job: str, workload: str, k: int) -> dict:
             "gain": 0.0, "rate": float(k)}
 
 
-def _shared_fields(kind: str, a: int, b: int, table: SlowdownTable):
-    """Return a function making the fields of a shared placement of types ``a`` and ``b`` other than its GPUs
-    and jobs: computed once per pair of types, fresh lists for every placement."""
+def _shared_fields(kind: str, a: int, b: int, table: SlowdownTable) -> tuple:
+    """The fields of a shared placement of types ``a`` and ``b`` other than its GPUs and jobs, computed once per
+    pair of types: ``(workload a, workload b, (p50 a, p50 b), (p90 a, p90 b), gain, rate)``, rounded as printed."""
     p50 = [float(table.p50[a, b]), float(table.p50[b, a])]
     gain = 1.0 / p50[0] + 1.0 / p50[1] - 1.0
-    workloads = (table.workloads[a], table.workloads[b])
     p50r = (round(p50[0], 4), round(p50[1], 4))
     p90r = (round(float(table.p90[a, b]), 4), round(float(table.p90[b, a]), 4))
-    gainr = round(gain, 4)
     # Work rate this placement adds: a pair fills a free GPU, a join adds to a resident already counted.
     rate = 1.0 + gain if kind == "pair" else gain
-
-    def fields() -> dict:
-        return {
-            "workloads": list(workloads),
-            "kind": kind,
-            "p50": list(p50r),
-            "p90": list(p90r),
-            "gain": gainr,
-            "rate": rate,
-        }
-
-    return fields
+    return table.workloads[a], table.workloads[b], p50r, p90r, round(gain, 4), rate
 
 
 def _resident_rate(layout: ClusterLayout, table: SlowdownTable) -> float:
     rate = 0.0
-    for res in layout.residents:
+    for res in filter(None, layout.residents):
         if len(res) == 1:
             rate += 1.0
         elif len(res) == 2:
@@ -486,8 +505,12 @@ def _resident_rate(layout: ClusterLayout, table: SlowdownTable) -> float:
 
 def _exclusive_rate(k: np.ndarray, n_free: int) -> float:
     """Work rate of placing queued jobs alone only, in queue order, skipping those that do not fit."""
-    used = 0
-    for g in k.tolist():
+    k = np.asarray(k, dtype=np.int64)
+    fit = int(np.searchsorted(np.cumsum(k), n_free, side="right"))  # the longest prefix that fits as a whole
+    used = int(k[:fit].sum())
+    for g in k[fit:].tolist():
+        if used == n_free:  # full: every job asks for at least one GPU
+            break
         if used + g <= n_free:
             used += g
     return float(used)

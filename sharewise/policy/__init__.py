@@ -1,7 +1,7 @@
 """The policies that decide which jobs share a GPU, one module each (ours a package laid out by mechanism).
 
 Every policy is a pure function with one signature, ``policy(queue, cluster, table, now) -> list[Placement]``
-or, for preemptive ones, a ``Decision`` (types in ``sharewise.engine.interface``), living in its own module and
+or, for preemptive ones, a ``Decision`` (types in ``sharewise.engine.policy_types``), living in its own module and
 named in ``REGISTRY``. Knobs go in as
 keyword arguments, bound with ``functools.partial``; nothing dispatches on a policy's name.
 """
@@ -11,11 +11,15 @@ from __future__ import annotations
 import inspect
 from typing import TYPE_CHECKING
 
-from sharewise.engine.interface import ClusterState, Decision, InvalidPlacementError, Placement, Policy, Queue
 from sharewise.registry import Registry
 
 if TYPE_CHECKING:
+    from sharewise.engine.policy_types import Policy
     from sharewise.engine.table import SlowdownTable
+
+#: The engine's policy types, named here too and loaded on first use (PEP 562): the CLI reads ``REGISTRY`` for
+#: its help text without the engine (and numpy).
+_ENGINE_NAMES = ("ClusterState", "Decision", "InvalidPlacementError", "Placement", "Policy", "Queue")
 
 # name -> "module:attribute" inside this package, imported on first use; baselines first, ours last.
 REGISTRY: Registry[Policy] = Registry(
@@ -25,6 +29,7 @@ REGISTRY: Registry[Policy] = Registry(
         "exclusive-fifo-strict": "exclusive:exclusive_fifo_strict",
         "exclusive-fifo-backfill": "exclusive:exclusive_fifo_backfill",
         "exclusive-sjf": "exclusive:exclusive_sjf",
+        "easy-backfill": "easy_backfill:easy_backfill",
         "tiresias": "tiresias:tiresias",
         "sjf-ffs": "sjf_ffs:sjf_ffs",
         "sjf-bsbf": "sjf_bsbf:sjf_bsbf",
@@ -54,6 +59,17 @@ __all__ = [
     "policy_names",
     "warm_up",
 ]
+
+
+def __getattr__(name: str):
+    if name not in _ENGINE_NAMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from sharewise import errors
+    from sharewise.engine import policy_types
+
+    value = getattr(errors if name == "InvalidPlacementError" else policy_types, name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
 
 
 def policy_names() -> list[str]:
@@ -89,4 +105,6 @@ def get_policy(name: str) -> Policy:
 def warm_up(policy: Policy, n_gpus: int, table: SlowdownTable) -> None:
     """Call ``policy`` once on ``n_gpus`` idle GPUs with one job waiting (the result is dropped): its compiled
     kernels load, or compile on a first install, now rather than at its first call in a run whose clock runs."""
+    from sharewise.engine.policy_types import ClusterState, Queue
+
     policy(Queue.of_new_jobs(1), ClusterState.idle(n_gpus, 1), table, 0.0)

@@ -13,7 +13,9 @@ from functools import partial
 
 import numpy as np
 
-from sharewise.engine.interface import ClusterState, Placement, Queue, in_order, pick_free_gpus, queue_keys
+from sharewise.engine.free_gpus import packed_block
+from sharewise.engine.policy_types import ClusterState, Placement, Queue
+from sharewise.engine.queue_order import in_order, queue_keys
 from sharewise.engine.table import SlowdownTable
 
 
@@ -52,7 +54,7 @@ def exclusive(
         k = int(gpus[i])
         if k > n_free:
             continue
-        chosen = pick_free_gpus(free, cluster.node, k)
+        chosen = packed_block(free, cluster.node, k)
         free[chosen] = False
         n_free -= k
         placements.append(Placement(int(queue.job[i]), tuple(int(g) for g in chosen)))
@@ -67,7 +69,7 @@ def _head_of_line(queue: Queue, cluster: ClusterState, free: np.ndarray, n_free:
         k = int(queue.gpus[i])
         if k > n_free:
             break  # the head does not fit: nobody behind it starts
-        chosen = pick_free_gpus(free, cluster.node, k)
+        chosen = packed_block(free, cluster.node, k)
         free[chosen] = False
         n_free -= k
         placements.append(Placement(int(queue.job[i]), tuple(int(g) for g in chosen)))

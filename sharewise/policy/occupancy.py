@@ -6,15 +6,10 @@ from collections.abc import Callable
 
 import numpy as np
 
+from sharewise.engine.free_gpus import packed_block
 from sharewise.engine.gpus import lone_residents
-from sharewise.engine.interface import (
-    ClusterState,
-    Placement,
-    Queue,
-    pick_free_gpus,
-    rest_in_order,
-    smallest_first,
-)
+from sharewise.engine.policy_types import ClusterState, Placement, Queue
+from sharewise.engine.queue_order import rest_in_order, smallest_first
 from sharewise.engine.table import SlowdownTable
 
 
@@ -151,7 +146,7 @@ def place_in_order(
             i = chunk[r]
             k = int(k_arr[r])
             if k <= state.n_free:
-                chosen = pick_free_gpus(state.free_mask(), cluster.node, k)
+                chosen = packed_block(state.free_mask(), cluster.node, k)
                 usable = None  # the GPUs just filled can now be shared: rescore
             else:
                 need = k - state.n_free
@@ -173,7 +168,7 @@ def place_in_order(
                 taken[best] = True
                 shared = cols[best]
                 if state.n_free:
-                    free = pick_free_gpus(state.free_mask(), cluster.node, state.n_free)
+                    free = packed_block(state.free_mask(), cluster.node, state.n_free)
                     chosen = np.concatenate([free, shared])
                     usable = None
                 else:

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from sharewise.engine.interface import ClusterState, Placement, Queue, pick_free_gpus
+from sharewise.engine.free_gpus import packed_block
+from sharewise.engine.policy_types import ClusterState, Placement, Queue
 from sharewise.engine.table import SlowdownTable
-from sharewise.policy.pm_first import select_jobs
+from sharewise.policy.pm_first import start_on_free
 
 
 def packed_sticky(
@@ -26,14 +27,10 @@ def packed_sticky(
     -------
     list of Placement, e.g. ``[Placement(job=2, gpus=(5,)), Placement(job=8, gpus=(8, 9, 10, 11))]``.
     """
-    free = cluster.occupancy() == 0
-    n_free = int(free.sum())
-    if n_free == 0 or len(queue) == 0:
-        return []
-    free = free.copy()
+    free, chosen = start_on_free(queue, cluster, order)
     placements = []
-    for i in select_jobs(queue, n_free, order):
-        chosen = pick_free_gpus(free, cluster.node, int(queue.gpus[i]))
+    for i in chosen:
+        chosen = packed_block(free, cluster.node, int(queue.gpus[i]))
         free[chosen] = False
         placements.append(Placement(int(queue.job[i]), tuple(int(g) for g in np.sort(chosen))))
     return placements

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from sharewise.engine import gpus
-from sharewise.engine.interface import ClusterState, Placement, Queue
+from sharewise.engine.policy_types import ClusterState, Placement, Queue
 from sharewise.engine.table import SlowdownTable
-from sharewise.policy.pm_first import by_sensitivity, select_jobs
+from sharewise.policy.pm_first import by_sensitivity, start_on_free
 
 
 def pal(
@@ -34,14 +34,12 @@ def pal(
     -------
     list of Placement, e.g. ``[Placement(job=2, gpus=(5,)), Placement(job=8, gpus=(8, 9, 10, 11))]``.
     """
-    free = cluster.occupancy() == 0
-    n_free = int(free.sum())
-    if n_free == 0 or len(queue) == 0:
+    free, chosen = start_on_free(queue, cluster, order)
+    if not chosen:
         return []
     penalty = cluster.cross_node_slowdown if locality_penalty is None else float(locality_penalty)
-    free = free.copy()
     placements = []
-    for i in by_sensitivity(queue, select_jobs(queue, n_free, order)):
+    for i in by_sensitivity(queue, chosen):
         k = int(queue.gpus[i])
         best = fastest_block(free, cluster.speed_of(int(queue.job[i])), cluster.node, k, penalty)
         free[best] = False

@@ -22,7 +22,7 @@ One round of blox's scheduling and placement, as each of the four runs it (every
 3. **Where a job goes.**
    - *packed* (blox's consolidated placement): a node with exactly as many free GPUs as the job needs, else
      the fitting node with the fewest free GPUs, else spread over the nodes with the most free GPUs first
-     (``pick_free_gpus``).
+     (``packed_block``).
    - *PM-First*: the free GPUs of the lowest factor level for the job's class (ties: lower GPU index).
      Levels: each class's per-GPU factors (1 / ``ClusterState.speed_of``) clustered into ``levels`` groups
      by 1-D k-means (scikit-learn, seeded); a GPU's level is its group's centroid.
@@ -45,7 +45,8 @@ import functools
 
 import numpy as np
 
-from sharewise.engine.interface import ClusterState, Decision, Placement, Queue, pick_free_gpus
+from sharewise.engine.free_gpus import packed_block
+from sharewise.engine.policy_types import ClusterState, Decision, Placement, Queue
 from sharewise.engine.table import SlowdownTable
 
 RULES = ("packed", "pm-first", "pal")
@@ -107,7 +108,7 @@ def blox_round(
     for j in admitted.tolist():
         k = size[j]
         if rule == "packed":
-            gpus = pick_free_gpus(free, cluster.node, k)
+            gpus = packed_block(free, cluster.node, k)
         else:
             level = _levels(cluster, j, levels)
             gpus = _lowest_levels(free, level, k)

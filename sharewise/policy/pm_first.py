@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from sharewise.engine import order as orders
-from sharewise.engine.interface import ClusterState, Placement, Queue, in_order, queue_keys
+from sharewise.engine.policy_types import ClusterState, Placement, Queue
+from sharewise.engine.queue_order import in_order, queue_keys
 from sharewise.engine.table import SlowdownTable
 
 
@@ -24,6 +25,17 @@ def select_jobs(queue: Queue, n_free: int, order: str) -> list[int]:
             if n_free == 0:
                 break
     return chosen
+
+
+def start_on_free(queue: Queue, cluster: ClusterState, order: str) -> tuple[np.ndarray, list[int]]:
+    """The PAL family's first step (``pm-first``, ``pal``, ``packed-sticky``): the free GPUs, as a mask the caller
+    may change, and the queue positions of the jobs that start on them now (``select_jobs`` in ``order``); no
+    job where no GPU is free or none waits."""
+    free = cluster.occupancy() == 0
+    n_free = int(free.sum())
+    if n_free == 0 or len(queue) == 0:
+        return free, []
+    return free, select_jobs(queue, n_free, order)
 
 
 def by_sensitivity(queue: Queue, chosen: list[int]) -> list[int]:
@@ -50,14 +62,11 @@ def pm_first(
     -------
     list of Placement, e.g. ``[Placement(job=2, gpus=(5,)), Placement(job=8, gpus=(0, 1, 9, 12))]``.
     """
-    free = cluster.occupancy() == 0
-    n_free = int(free.sum())
-    if n_free == 0 or len(queue) == 0:
+    free, chosen = start_on_free(queue, cluster, order)
+    if not chosen:
         return []
-    chosen = select_jobs(queue, n_free, order)
     # Free GPUs from fastest to slowest (ties: lower index); each job takes the next best block of GPUs,
     # so a multi-GPU job gets GPUs of similar speed and is not held back by one slow GPU.
-    free = free.copy()
     placements = []
     for i in by_sensitivity(queue, chosen):
         k = int(queue.gpus[i])

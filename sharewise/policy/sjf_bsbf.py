@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sharewise.engine.interface import ClusterState, Placement, Queue
+from sharewise.engine.policy_types import ClusterState, Placement, Queue
 from sharewise.engine.table import SlowdownTable
 from sharewise.policy.occupancy import SharingState, place_in_order
 

@@ -24,7 +24,8 @@ import math
 
 import numpy as np
 
-from sharewise.engine.interface import ClusterState, Decision, Placement, Queue, pick_free_gpus
+from sharewise.engine.free_gpus import packed_block
+from sharewise.engine.policy_types import ClusterState, Decision, Placement, Queue
 from sharewise.engine.table import SlowdownTable
 
 #: Tiresias' own simulator: two queues, split at one GPU-hour of attained service.
@@ -73,7 +74,7 @@ def tiresias(
     start = []
     for i in order.tolist():
         if keep[i] and waiting[i]:
-            chosen = pick_free_gpus(free, cluster.node, int(gpus[i]))
+            chosen = packed_block(free, cluster.node, int(gpus[i]))
             if chosen is None:
                 continue
             free[chosen] = False

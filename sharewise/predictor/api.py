@@ -26,8 +26,11 @@ def training_summary(rows: PairRows, profiles: pd.DataFrame) -> dict:
     by ``fit``). The fitted feature state is not here but in the model's ``featurizer_``.
     """
     meta = rows.meta
+    share = meta["self_share"].to_numpy(dtype=np.float64) if "self_share" in meta else np.full(len(meta), np.nan)
     return {
         "pairs": int(meta["pair_id"].nunique()),
+        # Ordered rows measured under the sharing knob (``profiler.knob``): what a prediction at a split rests on.
+        "knob_rows": int(np.isfinite(share).sum()),
         "devices": sorted(set(meta["device_name"].astype(str))),
         "workloads": sorted(set(meta["self_workload"].astype(str))),
         "families": sorted(set(meta["self_family"].astype(str))),
@@ -113,7 +116,8 @@ def predict_pairs(model: SlowdownRegressor, profiles: pd.DataFrame, pairs: pd.Da
         used; extra columns are ignored).
     pairs : DataFrame
         ``workload_a, workload_b`` and optionally ``device_name`` (required when the profiles cover more than
-        one device) and ``mode`` (profiles of the same mode are preferred).
+        one device), ``mode`` (profiles of the same mode are preferred) and ``split_a`` (job a's share of the
+        device in percent under the sharing knob, ``profiler.knob``; NaN or absent: no knob).
 
     Returns
     -------
@@ -123,25 +127,25 @@ def predict_pairs(model: SlowdownRegressor, profiles: pd.DataFrame, pairs: pd.Da
             workload_a  workload_b  device_name  p10_a  p50_a  p90_a  p10_b  p50_b  p90_b
             resnet18    lstm_lm     cpu          1.31   1.52   1.80   1.10   1.24   1.45
     """
-    featurizer = model.get_featurizer()
     profiles = profiles.reset_index(drop=True)
     pairs = pairs.reset_index(drop=True)
     ia, ib = pair_indices(profiles, pairs)
     n = len(pairs)
-    # A scheduler asks about many pairs among few jobs: predict each distinct (self, partner) profile pair
-    # once and gather, which is exact because the features depend on the two profiles only.
-    unique, inverse = _distinct_pairs(np.concatenate([ia, ib]), np.concatenate([ib, ia]), len(profiles))
-    i_self, i_partner = np.divmod(unique, max(len(profiles), 1))
-    devices = profiles["device_name"].astype(str).to_numpy(dtype=object)[i_self] if "device_name" in profiles else None
-    q = model.predict_matrix(featurizer.transform_indexed(profiles, i_self, i_partner), devices=devices)
-    q = np.ascontiguousarray(three_quantiles(q))
-    if getattr(model, "shift_", None) is not None:  # workloads with measured pairs of their own
-        q = np.exp(shift_log_quantiles(model, np.log(q), _profile_pair_meta(profiles, i_self, i_partner)))
-    # One float block (p10_a ... p90_b) gathered row-wise from the distinct predictions, then the name
-    # columns, taken from the input as they are: no per-row conversion for a million pairs.
     block = np.empty((n, 6))
-    block[:, :3] = q[inverse[:n]]
-    block[:, 3:] = q[inverse[n:]]
+    split = (
+        pd.to_numeric(pairs["split_a"], errors="coerce").to_numpy(dtype=np.float64)
+        if "split_a" in pairs.columns
+        else np.full(n, np.nan)
+    )
+    # Rows at one split share their features' knob columns: predict each split's rows together (most ask none).
+    for value in np.unique(split[np.isfinite(split)]).tolist() + ([None] if np.isnan(split).any() else []):
+        rows = np.flatnonzero(np.isnan(split) if value is None else split == value)
+        share = None if value is None else value / 100.0
+        both = _pair_quantiles(model, profiles, np.concatenate([ia[rows], ib[rows]]),
+                               np.concatenate([ib[rows], ia[rows]]),
+                               None if share is None else np.repeat([share, 1.0 - share], rows.size))
+        block[rows, :3] = both[: rows.size]
+        block[rows, 3:] = both[rows.size :]
     out = pd.DataFrame(block, columns=list(PREDICTION_COLUMNS[3:]), copy=False)
     out.insert(0, "device_name", (
         pairs["device_name"].astype(str)
@@ -150,6 +154,29 @@ def predict_pairs(model: SlowdownRegressor, profiles: pd.DataFrame, pairs: pd.Da
     ))
     out.insert(0, "workload_b", pairs["workload_b"].astype(str))
     out.insert(0, "workload_a", pairs["workload_a"].astype(str))
+    return out
+
+
+def _pair_quantiles(model, profiles, self_rows, partner_rows, share) -> np.ndarray:
+    """(p10, p50, p90) of the ordered rows (self ``self_rows[k]``, partner ``partner_rows[k]``), positions in
+    ``profiles``, each at self's ``share[k]`` of the device (None: no knob)."""
+    featurizer = model.get_featurizer()
+    out = np.empty((self_rows.size, 3))
+    shares = [None] if share is None else np.unique(share).tolist()
+    for value in shares:
+        at = np.arange(self_rows.size) if value is None else np.flatnonzero(share == value)
+        # A scheduler asks about many pairs among few jobs: predict each distinct (self, partner) profile pair
+        # once and gather, which is exact because the features depend on the two profiles (and the share) only.
+        unique, inverse = _distinct_pairs(self_rows[at], partner_rows[at], len(profiles))
+        i_self, i_partner = np.divmod(unique, max(len(profiles), 1))
+        devices = (
+            profiles["device_name"].astype(str).to_numpy(dtype=object)[i_self] if "device_name" in profiles else None
+        )
+        q = model.predict_matrix(featurizer.transform_indexed(profiles, i_self, i_partner, value), devices=devices)
+        q = np.ascontiguousarray(three_quantiles(q))
+        if getattr(model, "shift_", None) is not None:  # workloads with measured pairs of their own
+            q = np.exp(shift_log_quantiles(model, np.log(q), _profile_pair_meta(profiles, i_self, i_partner)))
+        out[at] = q[inverse]
     return out
 
 
@@ -212,6 +239,7 @@ def out_of_fold_predictions(
     holdout: str = "pair",
     calibrate: bool = False,
     structure: str = "auto",
+    nothing_left: str = "raise",
     **params,
 ) -> pd.DataFrame:
     """Predict every candidate pair with models that never saw the held-out group(s).
@@ -254,6 +282,12 @@ def out_of_fold_predictions(
         (``conformal.calibrate_rows``, the held-out groups excluded), so the intervals a policy's SLO check
         reads cover about 80% of unseen workloads' slowdowns. Off by default: it adds about ``k`` fits per
         model, shared across models through one cache.
+    nothing_left : {"raise", "widen"}
+        What to do where holding a group out leaves no measured pair to train on (a few pairs, all of one
+        workload): raise (evaluation, where in-sample predictions would pass for out-of-sample ones), or
+        widen the training rows and say so in ``result.attrs["notes"]`` (the policies of ``simulate`` and
+        ``run``, which must run with whatever pairs exist): with ``holdout="self"`` first to the pairs in
+        which the group is the partner only (its own slowdowns still unseen), then to every measured pair.
     **params
         ``SlowdownRegressor`` parameters.
 
@@ -269,6 +303,8 @@ def out_of_fold_predictions(
     """
     if group_by not in GROUP_BY:
         raise ConfigError(f"group_by must be one of {list(GROUP_BY)}, got {group_by!r}")
+    if nothing_left not in ("raise", "widen"):
+        raise ConfigError(f"nothing_left must be 'raise' or 'widen', got {nothing_left!r}")
     train = ordered_rows(profiles, pairs, features=features)
     if candidates is None:
         candidates = pairs[pairs["status"] == "ok"] if "status" in pairs.columns else pairs
@@ -299,15 +335,26 @@ def out_of_fold_predictions(
             by_key.setdefault((g,), []).append(i)
     q = np.full((2 * n, 3), np.nan)
     cache: dict = {}
+    notes: list[str] = []
     for key, members in by_key.items():  # first-seen order, so the output is deterministic
         held = set(key)
         use = ~(np.isin(train_self, list(held)) | np.isin(train_partner, list(held)))
         if not use.any():
             names = " and ".join(map(repr, sorted(held)))
-            raise ConfigError(
-                f"no measured pair is left to train on once {group_by} {names} are held out; measure "
-                "pairs among other workloads or use a finer group_by"
-            )
+            if nothing_left == "raise":
+                raise ConfigError(
+                    f"no measured pair is left to train on once {group_by} {names} are held out; measure "
+                    "pairs among other workloads or use a finer group_by"
+                )
+            use = ~np.isin(train_self, list(held)) if holdout == "self" else use
+            if use.any():
+                notes.append(f"every measured pair involves {group_by} {names}: its slowdowns are predicted by a "
+                             f"model that saw it only as the partner ({int(use.sum())} row(s))")
+            else:
+                use = np.ones(len(train_self), dtype=bool)
+                held = set()
+                notes.append(f"every measured pair has {group_by} {names} itself: its slowdowns are predicted "
+                             f"in sample, by a model trained on every measured pair ({len(use)} row(s))")
         # Each model has its own feature state (device references, partner effects) from its own rows.
         featurizer = PairFeaturizer(features=features, partner_effect=partner_effect)
         fit_rows = train.take(np.flatnonzero(use))
@@ -324,7 +371,9 @@ def out_of_fold_predictions(
             featurizer.transform(cand).iloc[rows], devices=cand.meta["device_name"].to_numpy()[rows]
         )
         q[rows] = three_quantiles(pred)
-    return _pair_table(cand, q)
+    table = _pair_table(cand, q)
+    table.attrs["notes"] = notes
+    return table
 
 
 def common_devices(profiles: pd.DataFrame, workload_a: str, workload_b: str) -> list[str]:
@@ -374,8 +423,11 @@ def explain_pair(
     workload_b: str,
     device_name: str,
     top: int = 5,
+    split: float | None = None,
 ) -> dict:
     """Predict both slowdowns of one pair on one device, with the features that moved each prediction most.
+
+    ``split`` is job a's share of the device in percent under the sharing knob (``profiler.knob``; None: no knob).
 
     Returns
     -------
@@ -387,7 +439,7 @@ def explain_pair(
         the two together finishes more work than taking turns. Contributions are in log-slowdown units.
         ``note`` is ``unseen_device_note``'s line where the model has no training pair on the device.
     """
-    return explain_pairs(model, profiles, [(workload_a, workload_b)], device_name, top=top)[0]
+    return explain_pairs(model, profiles, [(workload_a, workload_b)], device_name, top=top, split=split)[0]
 
 
 def explain_pairs(
@@ -396,6 +448,7 @@ def explain_pairs(
     pairs: list[tuple[str, str]],
     device_name: str,
     top: int = 5,
+    split: float | None = None,
 ) -> list[dict]:
     """Return ``explain_pair`` of every ``(workload_a, workload_b)`` in ``pairs``, in order, computed together.
 
@@ -407,8 +460,8 @@ def explain_pairs(
     if not pairs:
         return []
     if not _reference_covers(model.get_featurizer(), device_name):
-        return [_explain_batch(model, profiles, [pair], device_name, top)[0] for pair in pairs]
-    return _explain_batch(model, profiles, pairs, device_name, top)
+        return [_explain_batch(model, profiles, [pair], device_name, top, split)[0] for pair in pairs]
+    return _explain_batch(model, profiles, pairs, device_name, top, split)
 
 
 def _reference_covers(featurizer: PairFeaturizer, device_name: str) -> bool:
@@ -418,19 +471,28 @@ def _reference_covers(featurizer: PairFeaturizer, device_name: str) -> bool:
     return reference is not None and all(str(device_name) in reference.get(rate, {}) for rate in SHARE_RATES)
 
 
-def _explain_batch(model, profiles, pairs, device_name, top) -> list[dict]:
+def _explain_batch(model, profiles, pairs, device_name, top, split=None) -> list[dict]:
     frame = pd.DataFrame(
         {"workload_a": [a for a, _ in pairs], "workload_b": [b for _, b in pairs], "device_name": device_name}
     )
+    if split is not None:
+        frame["split_a"] = float(split)
     rows = model_rows(model, profiles, frame)
     q = model.predict_quantiles(rows.X, devices=rows.meta["device_name"].to_numpy())
     q = np.exp(shift_log_quantiles(model, np.log(three_quantiles(q)), rows.meta))
     contributions = model.explain_rows(rows.X)
     note = unseen_device_note(model, [device_name])
+    if split is not None and not (getattr(model, "training_summary_", None) or {}).get("knob_rows"):
+        knob = (
+            "the model has no pair measured under the sharing knob: at this split each job's slowdown is its "
+            "scaling curve's (1 / its share where its profile has none) times the interference of the pairs measured "
+            "without a knob; measure some pairs at splits ('sharewise pairs --split 70:30') and retrain"
+        )
+        note = knob if note is None else f"{note}; {knob}"
     n = len(pairs)
     out = []
     for k, (workload_a, workload_b) in enumerate(pairs):
-        one: dict = {"device_name": device_name, "note": note}
+        one: dict = {"device_name": device_name, "note": note, "split": None if split is None else float(split)}
         # Direction 0 of pair k is row k, direction 1 is row n + k (``ordered_rows``).
         for side, i, (me, other) in (("a", k, (workload_a, workload_b)), ("b", n + k, (workload_b, workload_a))):
             contrib = contributions.iloc[i].rename(None)

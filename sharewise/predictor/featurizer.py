@@ -29,9 +29,11 @@ from sharewise.predictor.params import Params
 from sharewise.predictor.profile_join import ordered_rows, profile_matrix
 from sharewise.predictor.structure import (
     OFFSET_COLUMNS,
+    SHARE_COLUMNS,
     apply_structure,
     fit_structure,
     precision_weights,
+    share_columns,
 )
 
 #: Keys of ``PairFeaturizer.to_dict``: its parameters, then its fitted state.
@@ -122,6 +124,7 @@ class PairFeaturizer(Params):
         X = self._shared(rows)
         if self.partner_effects_ is not None:
             X = X.assign(**{PARTNER_EFFECT: training_partner_effect(rows).astype(np.float32)})
+        X = self._with_shares(X, rows.meta)
         self.structure_ = fit_structure(X, rows.y, rows.meta, row_weights(rows.meta))
         return self._with_offsets(X, rows.meta)
 
@@ -136,7 +139,8 @@ class PairFeaturizer(Params):
             41.5               ...  1.37                      0.0                 0.31
         """
         self._check_fitted()
-        return self._with_offsets(self._with_effect(self._shared(rows), rows.meta), rows.meta)
+        X = self._with_shares(self._with_effect(self._shared(rows), rows.meta), rows.meta)
+        return self._with_offsets(X, rows.meta)
 
     def featurize_pairs(self, profiles: pd.DataFrame, pairs: pd.DataFrame, with_target: bool = False) -> PairRows:
         """Join ``pairs`` to ``profiles`` (``ordered_rows``) and return the rows with this featurizer's features.
@@ -147,13 +151,16 @@ class PairFeaturizer(Params):
         rows = ordered_rows(
             profiles, pairs, base=self.base_columns_, with_target=with_target, reference=self.device_reference_
         )
-        X = self._with_offsets(self._with_effect(rows.X, rows.meta), rows.meta)
+        X = self._with_offsets(self._with_shares(self._with_effect(rows.X, rows.meta), rows.meta), rows.meta)
         return PairRows(X=X, y=rows.y, meta=rows.meta)
 
-    def transform_indexed(self, profiles: pd.DataFrame, i_self: np.ndarray, i_partner: np.ndarray) -> np.ndarray:
+    def transform_indexed(
+        self, profiles: pd.DataFrame, i_self: np.ndarray, i_partner: np.ndarray, share: float | None = None
+    ) -> np.ndarray:
         """Return the float32 features of the ordered rows (self ``i_self[k]``, partner ``i_partner[k]``).
 
-        ``i_self`` and ``i_partner`` are positions in ``profiles``. Per-job quantities are computed once per
+        ``i_self`` and ``i_partner`` are positions in ``profiles``; ``share`` is self's share of the device under
+        the sharing knob, the same for every row (None: no knob). Per-job quantities are computed once per
         profile row and gathered (``pair_feature_matrix_indexed``), so a million rows among a few hundred
         profiles cost one gather per column: the path of batch prediction. Columns as
         ``get_feature_names_out()``.
@@ -180,9 +187,13 @@ class PairFeaturizer(Params):
             profiles["mode"].astype(str).to_numpy(dtype=object) if "mode" in profiles else np.full(len(devices), "")
         )
         meta = pd.DataFrame({"device_name": devices[i_self], "mode": modes[i_self]})
-        inner = names[: -len(OFFSET_COLUMNS)]
-        offsets = self._offsets(pd.DataFrame(X[:, : len(inner)], columns=inner, copy=False), meta)
-        return np.ascontiguousarray(np.column_stack([X, offsets]), dtype=np.float32)
+        meta["self_share"] = np.nan if share is None else float(share)
+        inner = names[: -len(OFFSET_COLUMNS) - len(SHARE_COLUMNS)]
+        frame = pd.DataFrame(X[:, : len(inner)], columns=inner, copy=False)
+        shares = share_columns(frame, meta["self_share"].to_numpy())
+        frame = frame.assign(**{name: shares[:, i] for i, name in enumerate(SHARE_COLUMNS)})
+        offsets = self._offsets(frame, meta)
+        return np.ascontiguousarray(np.column_stack([X, shares, offsets]), dtype=np.float32)
 
     def get_feature_names_out(self) -> np.ndarray:
         """Return the feature names ``transform`` produces, in column order."""
@@ -190,6 +201,7 @@ class PairFeaturizer(Params):
         names = pair_feature_names(self.base_columns_)
         if self.partner_effects_ is not None:
             names.append(PARTNER_EFFECT)
+        names.extend(SHARE_COLUMNS)
         names.extend(OFFSET_COLUMNS)
         return np.asarray(names, dtype=object)
 
@@ -216,6 +228,11 @@ class PairFeaturizer(Params):
         if self.structure_ is None:
             return np.full((len(X), len(OFFSET_COLUMNS)), np.nan)
         return np.exp(np.column_stack(apply_structure(self.structure_, X, meta)))
+
+    def _with_shares(self, X: pd.DataFrame, meta: pd.DataFrame) -> pd.DataFrame:
+        share = meta["self_share"].to_numpy(dtype=np.float64) if "self_share" in meta else np.full(len(X), np.nan)
+        values = share_columns(X, share).astype(np.float32)
+        return X.assign(**{name: values[:, i] for i, name in enumerate(SHARE_COLUMNS)})
 
     def _with_offsets(self, X: pd.DataFrame, meta: pd.DataFrame) -> pd.DataFrame:
         offsets = self._offsets(X, meta).astype(np.float32)
@@ -277,7 +294,7 @@ class PairFeaturizer(Params):
         For a model fitted on a bare feature frame: shares are taken against the best rate among the profiles
         at hand, and the partner effect (when ``names`` end with it) is unknown (NaN).
         """
-        names = [str(n) for n in names if str(n) not in OFFSET_COLUMNS]
+        names = [str(n) for n in names if str(n) not in OFFSET_COLUMNS and str(n) not in SHARE_COLUMNS]
         uses_effect = bool(names) and names[-1] == PARTNER_EFFECT
         out = cls(features="all", partner_effect=uses_effect)
         out.base_columns_ = base_columns_of_model(names)

@@ -167,6 +167,8 @@ def ordered_rows(
             "pair_id": np.concatenate([np.arange(n), np.arange(n)]),
             "direction": np.repeat([0, 1], n),
             "halfwidth": np.concatenate([halfwidth(pairs, "a"), halfwidth(pairs, "b")]),
+            # The sharing knob: self's share of the device (a fraction; NaN where no knob limited the pair).
+            "self_share": np.concatenate([_share(pairs), 1.0 - _share(pairs)]),
         }
     )
     y = None
@@ -178,6 +180,13 @@ def ordered_rows(
             [pairs["slowdown_a"].to_numpy(dtype=np.float64), pairs["slowdown_b"].to_numpy(dtype=np.float64)]
         )
     return PairRows(X=pd.DataFrame(X, columns=names, copy=False), y=y, meta=meta)
+
+
+def _share(pairs: pd.DataFrame) -> np.ndarray:
+    """Job a's share of the device under the knob, as a fraction (``split_a`` / 100; NaN without a knob)."""
+    if "split_a" not in pairs.columns:
+        return np.full(len(pairs), np.nan)
+    return pd.to_numeric(pairs["split_a"], errors="coerce").to_numpy(dtype=np.float64) / 100.0
 
 
 def _profile_modes(profiles: pd.DataFrame) -> np.ndarray:

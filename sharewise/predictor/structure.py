@@ -67,6 +67,50 @@ LINEAR_ALPHA = 1.0
 
 #: The job's sensitivity: its slowdown next to the probe (a solo-profile feature).
 SENSITIVITY = "self_f_probe_slowdown"
+
+# ---- the sharing knob (``profiler.knob``) ------------------------------------------------------------------
+#: Shares (percent) at which ``profile --shares`` measures a job's solo rate under the knob: its scaling curve,
+#: profile columns ``f_share_25`` ... (the rate at that share over the rate without the knob).
+SHARE_POINTS = (25, 50, 75)
+SHARE_CURVE = tuple(f"f_share_{p}" for p in SHARE_POINTS)
+#: Pair features of the knob: self's share of the device (NaN: no knob), and the slowdown that share alone costs
+#: it (``share_slowdown``: 1 / its scaling curve at the share), which is the starting point of a row under a knob
+#: as the probe's slowdown is of a row without one.
+PAIR_SHARE = "pair_self_share"
+PAIR_SHARE_SLOWDOWN = "pair_share_slowdown"
+SHARE_COLUMNS = (PAIR_SHARE, PAIR_SHARE_SLOWDOWN)
+
+
+def share_slowdown(curve: np.ndarray, share: np.ndarray) -> np.ndarray:
+    """The slowdown a job's share alone costs it: 1 / (its solo rate at ``share`` over its rate without the knob).
+
+    ``curve`` holds each row's measured rates at ``SHARE_POINTS`` (n x 3, NaN where not measured), read with
+    the ends (0, 0) and (1, 1) by linear interpolation; a row without any point scales in proportion (rate =
+    share: the slowdown is 1 / share, what a job that uses every core of its quota gets). NaN where ``share`` is.
+
+    >>> share_slowdown(np.array([[0.4, 0.7, 0.9], [np.nan] * 3]), np.array([0.5, 0.5]))
+    array([1.42857143, 2.        ])
+    """
+    curve = np.asarray(curve, dtype=np.float64).reshape(len(share), len(SHARE_POINTS))
+    share = np.asarray(share, dtype=np.float64)
+    out = np.full(share.shape[0], np.nan)
+    xs = np.array([0.0, *[p / 100 for p in SHARE_POINTS], 1.0])
+    for i in np.flatnonzero(np.isfinite(share)):
+        ys = np.array([0.0, *curve[i], 1.0])
+        known = np.isfinite(ys)
+        rate = np.interp(share[i], xs[known], ys[known])
+        out[i] = 1.0 / max(rate, 1e-3)
+    return out
+
+
+def share_columns(X: pd.DataFrame, self_share: np.ndarray) -> np.ndarray:
+    """The ``SHARE_COLUMNS`` of rows ``X`` (self's curve in ``self_f_share_*``) at self's shares ``self_share``."""
+    cols = [f"self_{c}" for c in SHARE_CURVE]
+    curve = np.column_stack([
+        X[c].to_numpy(dtype=np.float64) if c in X.columns else np.full(len(X), np.nan) for c in cols
+    ]) if len(X) else np.empty((0, len(cols)))
+    share = np.asarray(self_share, dtype=np.float64)
+    return np.column_stack([share, share_slowdown(curve, share)])
 #: Partner terms of ``structured``: feature column -> whether the model takes its log.
 PARTNER_TERMS: dict[str, bool] = {"partner_f_probe_pressure": True, "pair_partner_effect": False}
 #: A partner term needs this many training rows with a value, and some spread, to be fitted.
@@ -107,16 +151,26 @@ def level_key(device: str, mode: str) -> str:
 def _keys(meta: pd.DataFrame) -> np.ndarray:
     devices = meta["device_name"].astype(str).to_numpy(dtype=object)
     modes = meta["mode"].astype(str).to_numpy(dtype=object) if "mode" in meta else np.full(len(meta), "", object)
-    return np.asarray([level_key(d, m) for d, m in zip(devices, modes, strict=True)], dtype=object)
+    # A row under the knob has its own level: the interference left once each job has its share.
+    knob = np.isfinite(meta["self_share"].to_numpy(dtype=np.float64)) if "self_share" in meta else np.zeros(len(meta))
+    return np.asarray(
+        [level_key(d, m) + ("|split" if k else "") for d, m, k in zip(devices, modes, knob, strict=True)],
+        dtype=object,
+    )
 
 
 def _log_sensitivity(X: pd.DataFrame) -> np.ndarray:
-    if SENSITIVITY not in X.columns:
-        return np.zeros(len(X))
-    v = X[SENSITIVITY].to_numpy(dtype=np.float64)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        out = np.log(v)
-    return np.where(np.isfinite(out) & (v > 0), out, 0.0)
+    out = np.zeros(len(X))
+    if SENSITIVITY in X.columns:
+        v = X[SENSITIVITY].to_numpy(dtype=np.float64)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            logged = np.log(v)
+        out = np.where(np.isfinite(logged) & (v > 0), logged, 0.0)
+    if PAIR_SHARE_SLOWDOWN in X.columns:  # under the knob, the share's own cost is the starting point
+        knob = X[PAIR_SHARE_SLOWDOWN].to_numpy(dtype=np.float64)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out = np.where(np.isfinite(knob) & (knob > 0), np.log(knob), out)
+    return out
 
 
 def _term(X: pd.DataFrame, name: str) -> np.ndarray:
@@ -206,7 +260,7 @@ def fit_linear(X: pd.DataFrame, y: np.ndarray, weights: np.ndarray | None = None
     # The partner's measured effect is left out: it is unknown for a partner on a device without pairs (the
     # case this structure is for), and a ridge fitted where it is known leans on it (Gavel, each GPU held out:
     # 24.7% MAPE with it, 22.1% without).
-    columns = [c for c in X.columns if c not in OFFSET_COLUMNS and c != "pair_partner_effect"]
+    columns = [c for c in X.columns if c not in OFFSET_COLUMNS and c != "pair_partner_effect" and c != PAIR_SHARE]
     V = _signed_log(X[columns].to_numpy(dtype=np.float64))
     known = np.isfinite(V).any(axis=0)
     columns = [c for c, k in zip(columns, known, strict=True) if k]

@@ -493,6 +493,8 @@ def start_worker(
     from sharewise.profiler.commands import is_command_spec
     from sharewise.profiler.session import Worker
 
+    if assignment.env:  # a knob the process reads at start (``CoreAssignment.env``)
+        extra_env = {**(extra_env or {}), **dict(assignment.env)}
     if is_command_spec(spec):
         return CommandWorker(spec, config, assignment, extra_env, deadline)
     return Worker(spec, config, assignment, extra_env, deadline)

@@ -121,6 +121,35 @@ def job_environment(
     4. the step protocol: ``SHAREWISE_PROGRESS``, ``SHAREWISE_START_STEP``, ``SHAREWISE_MAX_STEPS`` (absent
        when None), ``SHAREWISE_FEATURES``, and the hook folder first on ``PYTHONPATH``.
 
+    Parameters
+    ----------
+    command : CommandSpec
+        From ``parse_command``.
+    progress_path : path
+        The progress file the job appends ``<step> <unix time>`` lines to (``profiler.progress``).
+    max_steps : int, optional
+        The job exits with code 0 once its step count (``start_step`` included) reaches this.
+    start_step : int
+        Steps done before this start (a restart continues the count).
+    cores : sequence of int, optional
+        Cores the job is pinned to (every thread of the started process, and its later threads and children;
+        a Python job also pins itself at interpreter start). None: every core this process may use, unpinned.
+        The thread count defaults to the number of cores.
+    cuda_devices : str, optional
+        ``CUDA_VISIBLE_DEVICES`` of the job (e.g. ``"3"``: it sees that GPU as ``cuda:0``); None leaves the
+        variable as inherited.
+    threads : int, optional
+        OpenMP/MKL threads (default: the number of cores).
+    extra_env : mapping, optional
+        More environment (a sharing mode's); the spec's own variables still win.
+    features_path : path, optional
+        Where the step hook writes its info (first step) and, when asked, its features (``stephook``).
+    die_with_parent : bool
+        The job is killed when the process that launched it dies (Linux; a Python job arranges it at
+        interpreter start, a ``--progress-regex`` job's output reader at its start).
+    base : mapping, optional
+        The environment to start from (default: this process's).
+
     Example (abridged): ``{"OMP_NUM_THREADS": "2", "OMP_WAIT_POLICY": "PASSIVE", "SEED": "1",
     "SHAREWISE_PROGRESS": "/tmp/j/progress", "SHAREWISE_START_STEP": "0", "PYTHONPATH": ".../hook", ...}``.
     """
@@ -159,18 +188,10 @@ def job_environment(
 def launch(
     command: CommandSpec,
     *,
-    progress_path: str | os.PathLike,
-    max_steps: int | None = None,
-    start_step: int = 0,
-    cores: Sequence[int] | None = None,
-    cuda_devices: str | None = None,
-    threads: int | None = None,
-    extra_env: Mapping[str, str] | None = None,
-    features_path: str | os.PathLike | None = None,
     stdout: str | os.PathLike | int | IO[Any] | None = None,
     stderr: str | os.PathLike | int | IO[Any] | None = subprocess.STDOUT,
-    die_with_parent: bool = False,
     cwd_base: str | os.PathLike | None = None,
+    **environment: Any,
 ) -> subprocess.Popen:
     """Start ``command`` as a job and return its ``Popen`` (its own session: ``os.killpg(proc.pid, sig)``).
 
@@ -178,32 +199,14 @@ def launch(
     ----------
     command : CommandSpec
         From ``parse_command``.
-    progress_path : path
-        The progress file the job appends ``<step> <unix time>`` lines to (``profiler.progress``).
-    max_steps : int, optional
-        The job exits with code 0 once its step count (``start_step`` included) reaches this.
-    start_step : int
-        Steps done before this start (a restart continues the count).
-    cores : sequence of int, optional
-        Cores to pin the job to (every thread of the started process now, and its later threads and
-        children; a Python job also pins itself at interpreter start). None: every core this process may use,
-        unpinned. The thread count defaults to the number of cores.
-    cuda_devices : str, optional
-        ``CUDA_VISIBLE_DEVICES`` of the job (e.g. ``"3"``: it sees that GPU as ``cuda:0``); None leaves the
-        variable as inherited.
-    threads : int, optional
-        OpenMP/MKL threads (default: the number of cores).
-    extra_env : mapping, optional
-        More environment (a sharing mode's); the spec's own variables still win.
-    features_path : path, optional
-        Where the step hook writes its info (first step) and, when asked, its features (``stephook``).
     stdout, stderr : path, file, fd or ``subprocess`` constant
         Where the job's output goes; a path is opened for appending. ``stderr`` defaults to ``stdout``'s.
-    die_with_parent : bool
-        The job is killed when the process that launched it dies (Linux; a Python job arranges it at
-        interpreter start, a ``--progress-regex`` job's output reader at its start).
     cwd_base : path, optional
         What a relative ``--cwd`` is relative to (default: the current directory).
+    **environment
+        ``job_environment``'s keywords (``progress_path`` required; ``max_steps``, ``start_step``, ``cores``,
+        ``cuda_devices``, ``threads``, ``extra_env``, ``features_path``, ``die_with_parent``): the job's
+        environment. A job given ``cores`` is also pinned to them from outside, every thread of it now.
 
     Raises
     ------
@@ -215,18 +218,7 @@ def launch(
         raise CommandStartError(
             f"{command.name}: working directory {str(workdir)!r} does not exist (from --cwd {command.cwd!r})"
         )
-    env = job_environment(
-        command,
-        progress_path=progress_path,
-        max_steps=max_steps,
-        start_step=start_step,
-        cores=cores,
-        cuda_devices=cuda_devices,
-        threads=threads,
-        extra_env=extra_env,
-        features_path=features_path,
-        die_with_parent=die_with_parent,
-    )
+    env = job_environment(command, **environment)
     argv = list(command.argv)
     if command.progress_regex is not None:
         # A reader process in the job's session turns matching output lines into steps; the job itself
@@ -255,6 +247,7 @@ def launch(
     finally:
         for fh in opened:
             fh.close()  # the child holds its own descriptor
+    cores = environment.get("cores")
     if cores:
         pin_process(proc.pid, cores)
     return proc

@@ -25,6 +25,11 @@ MIN_WINDOW_STEPS = 3
 CI_TARGET = 0.02  # repeat until the 95% confidence half-width of each slowdown is within 2% of it
 DISTURBANCE_LIMIT = 0.10  # share of the machine used by foreign processes that makes a run void
 IDLE_THRESHOLD = 0.10  # share of the machine busy that counts as "not idle" before a run
+# Seconds a warm worker's solo window stays valid as the solo of its later pairs, by device kind. Under the solo
+# rule (``solo``: a job's solo has the host share it has next to a partner) a job's solo is the same in each of
+# its pairs; a GPU's speed holds over seconds, so the pairs of a workload share its recent solo windows. A
+# shared VM's vCPUs drift by 15-25% within a second (``MIN_WINDOW_STEPS``): on the CPU each repeat measures its own.
+SOLO_REUSE_S = {"cuda": 20.0, "cpu": 0.0}
 
 
 @dataclass(frozen=True)
@@ -62,6 +67,22 @@ class RunConfig:
     features: bool = True
     # Run the job next to the probe once per repeat for the sensitivity/pressure features (with ``features``).
     probe: bool = True
+    # Extension rounds of a pair still wider than ``ci_target`` after ``max_repeats``, run once the planned pairs are
+    # measured: each with windows twice as long and up to ``max_repeats`` more repeats (``pair.extension_config``).
+    # 0 by default: ``max_repeats`` is the bound a user set; a campaign under a time budget (the GPU check) asks.
+    extend_rounds: int = 0
+    # Seconds a campaign may take (None: no limit): a pair that would not end in time is left for a rerun, and
+    # extensions run only in the time left; the campaign then ends by itself, before an outer limit cuts it.
+    time_budget_s: float | None = None
+    # Seconds a solo window serves a worker's later pairs (None: ``SOLO_REUSE_S`` of the device kind; 0: never).
+    solo_reuse_s: float | None = None
+    # The sharing knob (``profiler.knob``): job a's share of the device in a pair's shared windows, a fraction
+    # (None: no knob, each job as the mode gives it). Solo windows run without the knob: a slowdown at a split is
+    # against the job's solo at the full device, the same denominator as without one.
+    split: float | None = None
+    # Shares (whole percents) at which a solo profile also measures the job's rate under the knob: its scaling
+    # curve, profile columns ``f_share_<percent>`` (``predictor.structure.SHARE_CURVE``); () measures none.
+    shares: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if self.mode not in SHARING_MODES:
@@ -100,10 +121,47 @@ class RunConfig:
             raise ConfigError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.threads is not None and self.threads < 1:
             raise ConfigError(f"threads must be >= 1, got {self.threads}")
+        if self.extend_rounds < 0:
+            raise ConfigError(f"extend_rounds must be >= 0 (0: no extension), got {self.extend_rounds}")
+        if self.time_budget_s is not None and not self.time_budget_s > 0:
+            raise ConfigError(f"time_budget_s must be a positive number of seconds, got {self.time_budget_s!r}")
+        if self.split is not None:
+            from sharewise.profiler.knob import Split
+
+            Split(self.split)  # a whole percent in 5-95, else a ConfigError saying so
+            if self.mode == "cpu-partition":
+                raise ConfigError(
+                    "a split shares one set of cores by a CPU quota: --mode cpu-partition gives each job its own "
+                    "cores, so use --mode cpu with --split (or no --split)"
+                )
+            if self.mode == "timeslice":
+                from sharewise.profiler.knob import knob_for
+
+                knob_for(self.mode).check()  # raises: time-slicing has no knob
+        for percent in self.shares:
+            from sharewise.profiler.knob import Split
+
+            Split(percent / 100)  # a whole percent in 5-95
+        if self.shares and self.mode in ("timeslice", "cpu-partition"):
+            raise ConfigError(
+                f"a scaling curve (--shares) is measured under the sharing knob, which --mode {self.mode} does not "
+                "have; use --mode cpu on a CPU or --mode mps on a GPU"
+            )
+        if self.solo_reuse_s is not None and not self.solo_reuse_s >= 0:
+            raise ConfigError(f"solo_reuse_s must be >= 0 seconds (0: never), got {self.solo_reuse_s!r}")
         # "cuda" is the current CUDA device, which is device 0 in a fresh worker process; recorded and handed to
         # workers with its index, since torch.cuda.set_device refuses a CUDA device without one.
         if self.device == "cuda":
             object.__setattr__(self, "device", "cuda:0")
+
+    @property
+    def solo_reuse(self) -> float:
+        """Seconds a worker's solo window serves its later pairs: ``solo_reuse_s``, else its device kind's default.
+
+        >>> RunConfig().solo_reuse, RunConfig(device="cuda", mode="timeslice").solo_reuse
+        (0.0, 20.0)
+        """
+        return SOLO_REUSE_S[device_kind(self.device)] if self.solo_reuse_s is None else float(self.solo_reuse_s)
 
     def replace(self, **changes) -> RunConfig:
         return dataclasses.replace(self, **changes)

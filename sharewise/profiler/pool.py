@@ -18,7 +18,7 @@ from sharewise.profiler.blackbox import start_worker
 from sharewise.profiler.config import RunConfig, device_kind
 from sharewise.profiler.device import FIRST_START_BYTES, device_memory
 from sharewise.profiler.modes import CoreAssignment
-from sharewise.profiler.session import WorkerFailed, WorkerProcess
+from sharewise.profiler.session import SoloBank, WorkerFailed, WorkerProcess
 
 #: Share of the device's memory that resident workers may hold together.
 RESIDENT_SHARE = 0.85
@@ -58,6 +58,9 @@ class WorkerPool:
         self.started = 0
         self.reused = 0
         self.evicted = 0
+        # Recent solo windows of the warm workers, for their later pairs (``SoloBank``; None where not reused).
+        self.solos = SoloBank(config.solo_reuse) if reuse and config.solo_reuse > 0 else None
+        self._prestarted: list[WorkerProcess] = []  # started by ``prestart``, not used by a run yet
 
     def __enter__(self) -> WorkerPool:
         return self
@@ -116,8 +119,17 @@ class WorkerPool:
                 want_specs.append(spec)
                 want_places.append(place)
         started = self._start(want_specs, want_places)
+        self._prestarted.extend(started)
         self.release(started)
         return len(started)
+
+    def take_prestarted(self, worker: WorkerProcess) -> bool:
+        """True, once, for a worker that ``prestart`` started and no run has used yet: its ready report's step
+        time was measured while the others started beside it, so its first run should time a few steps alone."""
+        if any(w is worker for w in self._prestarted):
+            self._forget_prestarted(worker)
+            return True
+        return False
 
     def release(self, workers: Sequence[WorkerProcess]) -> None:
         """Hand workers back: idle and resident (warm), or ended (fresh, or a worker that died)."""
@@ -139,6 +151,7 @@ class WorkerPool:
                 self.busy.remove(w)
             if w in self.idle:
                 self.idle.remove(w)
+            self._forget(w)
             w.kill()
             w.close(timeout=0)
 
@@ -168,12 +181,23 @@ class WorkerPool:
     def _end(self, workers: Sequence[WorkerProcess]) -> None:
         # CUDA workers exit politely, so their contexts are torn down in order (an MPS server tolerates a
         # killed client, but there is no need to make it); CPU workers are killed: it is instant.
+        for w in workers:
+            self._forget(w)
         _close_all(workers, polite=device_kind(self.config.device) == "cuda")
+
+    def _forget(self, worker: WorkerProcess) -> None:
+        self._forget_prestarted(worker)
+        if self.solos is not None:
+            self.solos.forget(worker)
+
+    def _forget_prestarted(self, worker: WorkerProcess) -> None:
+        self._prestarted = [w for w in self._prestarted if w is not worker]
 
     def _drop_dead(self) -> None:
         dead = [w for w in self.idle if not w.alive]
         for w in dead:
             self.idle.remove(w)
+            self._forget(w)
             w.close(timeout=0)
 
     def _need(self, specs: Sequence[str]) -> float:

@@ -263,6 +263,7 @@ class RepeatResult:
     window_s: float
     foreign_cpu: float  # max share of the machine used by other processes during any window
     info: list[dict] = field(default_factory=list)
+    reused: list[bool] = field(default_factory=list)  # per worker: its solo came from its recent pairs (SoloBank)
 
 
 def _window(msg: dict) -> Window:
@@ -311,8 +312,66 @@ def measure_together(
     return windows, foreign
 
 
+class SoloBank:
+    """Recent solo windows of warm workers, which a workload's later pairs take as their solos.
+
+    Under the solo rule (``solo``: a job's solo has the host share it has next to a partner) a job's solo is the
+    same in every pair it joins, so a solo window a warm worker measured in one pair serves its next pairs for
+    ``max_age_s`` seconds (``RunConfig.solo_reuse``). A pair takes each window at most once (``used``), so its
+    repeats still average distinct solo windows; only the shared window is measured where a solo is there.
+    The pool owns one (``pool.WorkerPool.solos``) and forgets a worker's windows when it ends.
+
+    Example::
+
+        bank = SoloBank(20.0)
+        used = set()
+        bank.put(worker, window, used)    # measured in this pair: this pair never takes it again
+        bank.take(worker, set())          # the next pair of the same worker: that window, for one of its repeats
+    """
+
+    def __init__(self, max_age_s: float) -> None:
+        self.max_age_s = max_age_s
+        self._windows: dict[tuple, list[tuple[float, int, Window]]] = {}
+        self._count = 0
+        self.reused = 0  # windows handed out again
+
+    @staticmethod
+    def _key(worker: WorkerProcess) -> tuple:
+        return (worker.pid, worker.spec, worker.assignment)
+
+    def put(self, worker: WorkerProcess, window: Window, used: set[int]) -> None:
+        """Keep a solo window the worker just measured in a repeat its pair kept (marked used by that pair)."""
+        self._count += 1
+        used.add(self._count)
+        self._windows.setdefault(self._key(worker), []).append((time.monotonic(), self._count, window))
+
+    def take(self, worker: WorkerProcess, used: set[int]) -> Window | None:
+        """The newest of the worker's solo windows younger than ``max_age_s`` that ``used`` lacks, else None."""
+        entries = self._windows.get(self._key(worker))
+        if not entries:
+            return None
+        now = time.monotonic()
+        entries[:] = [e for e in entries if now - e[0] <= self.max_age_s]
+        for _, ident, window in reversed(entries):
+            if ident not in used:
+                used.add(ident)
+                self.reused += 1
+                return window
+        return None
+
+    def forget(self, worker: WorkerProcess) -> None:
+        self._windows.pop(self._key(worker), None)
+
+
 def run_round(
-    workers: list[WorkerProcess], config: RunConfig, index: int, timeout: float | None = None
+    workers: list[WorkerProcess],
+    config: RunConfig,
+    index: int,
+    timeout: float | None = None,
+    solos: SoloBank | None = None,
+    used: set[int] | None = None,
+    solo_workers: list[WorkerProcess] | None = None,
+    knob=None,
 ) -> RepeatResult:
     """Run one repeat of a pair on ready workers: each alone, then both over one shared window.
 
@@ -320,19 +379,38 @@ def run_round(
     last worker to the first), so a drift of the machine's speed during a run of repeats biases
     consecutive repeats' slowdowns in opposite directions and cancels in their mean. The idle partner
     waits on a blocking read during the other's solo window, so it uses no CPU (on a GPU it still holds
-    its memory, as a resident job would). Raises ``WorkerFailed``.
+    its memory, as a resident job would). With ``solos`` a worker's solo comes from its recent windows where
+    there is one this pair (``used``) has not taken yet (``RepeatResult.reused``); the caller keeps the solos
+    measured here for later pairs once it keeps the repeat (``SoloBank.put``). Raises ``WorkerFailed``.
+
+    Under the sharing knob (``config.split``, ``knob``: a ``profiler.knob.ShareKnob``) the shared window runs at
+    the split: a live knob (a CPU quota) is set on both processes for that window only, and lifted for the solo
+    windows; a knob read at start (MPS) was set when ``workers`` started, and the solo windows run on
+    ``solo_workers``, the same workloads without it. Either way the solo is the job's at the full device.
     """
+    soloists = solo_workers or workers
     window = common_window(config, [w.info["step_ms"] for w in workers])
-    solo: list[Window | None] = [None] * len(workers)
+    used = set() if used is None else used
+    solo: list[Window | None] = [solos.take(w, used) if solos is not None else None for w in soloists]
+    reused = [w is not None for w in solo]
     coloc: list[Window] = []
     foreign = 0.0
-    steps: list[tuple[str, int]] = [("solo", i) for i in range(len(workers))] + [("shared", -1)]
+    steps: list[tuple[str, int]] = [("solo", i) for i in range(len(workers)) if solo[i] is None] + [("shared", -1)]
     if index % 2:
         steps.reverse()
+    live = knob is not None and knob.live and config.split is not None
     for kind, i in steps:
         if kind == "solo":
-            (solo[i],), share = measure_together([workers[i]], window, config.min_window_steps, timeout=timeout)
+            (solo[i],), share = measure_together([soloists[i]], window, config.min_window_steps, timeout=timeout)
         else:
-            coloc, share = measure_together(workers, window, config.min_window_steps, tail=True, timeout=timeout)
+            if live:
+                for w, s in zip(workers, (config.split, 1.0 - config.split), strict=True):
+                    knob.apply(w.pid, s)
+            try:
+                coloc, share = measure_together(workers, window, config.min_window_steps, tail=True, timeout=timeout)
+            finally:
+                if live:
+                    for w in workers:
+                        knob.release(w.pid)
         foreign = max(foreign, share)
-    return RepeatResult([w for w in solo if w is not None], coloc, window, foreign, [w.info for w in workers])
+    return RepeatResult([w for w in solo if w is not None], coloc, window, foreign, [w.info for w in workers], reused)

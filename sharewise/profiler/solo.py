@@ -1,7 +1,18 @@
-"""Solo profiles: a workload alone on one device, its throughput over repeats and its features."""
+"""Solo profiles: a workload alone on one device, its throughput over repeats and its features.
+
+**The solo rule.** A job's solo (its profile's throughput, and the denominator of each of its slowdowns) is
+measured with the host share it has next to a partner. A user's scheduler gives a job a share of a node's cores
+(Slurm's ``--cpus-per-gpu``, a Kubernetes pod's CPU request) and sharing its GPU with another job gives it none
+of the other's, so its speed alone on that share is what sharing takes away from. On a GPU a job therefore runs
+alone on the threads of one side of a pair (half the host's; ``solo_placement``), not on every host thread; on
+a CPU the ``cpu`` mode gives each side every core and ``cpu-partition`` each side its part, alone as together.
+So a profile's worker is one a pair can use (it is kept warm for the campaign's pairs), and a pair's solo
+windows measure the same quantity as the profile.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import socket
 import time
@@ -15,8 +26,8 @@ from sharewise.errors import ProfileFailed
 from sharewise.profiler.config import RunConfig, device_kind
 from sharewise.profiler.features import FeatureCache
 from sharewise.profiler.hostload import wait_until_idle
-from sharewise.profiler.modes import SHARING_MODES, placements
-from sharewise.profiler.pair import cv
+from sharewise.profiler.modes import SHARING_MODES, CoreAssignment, placements
+from sharewise.profiler.pair import cv, settle_prestarted
 from sharewise.profiler.pool import WorkerPool
 from sharewise.profiler.probe import PROBE_SPEC
 from sharewise.profiler.session import Window, WorkerFailed, WorkerProcess, common_window, measure_together
@@ -76,7 +87,62 @@ def profile_workload(task: ProfileTask, config: RunConfig, jobs: WorkerPool, pro
     _restate_rates(row, windows, info)
     if probe is not None:
         row.update(probe.features())
+    if config.shares:
+        try:
+            row.update(scaling_curve(task.spec, config, jobs))
+        except WorkerFailed as exc:
+            raise ProfileFailed(exc.status, f"scaling curve: {exc.error}") from None
     return row
+
+
+def scaling_curve(spec: str, config: RunConfig, jobs: WorkerPool) -> dict[str, float]:
+    """The job's solo rate under the sharing knob at each of ``config.shares`` over its rate without it:
+    ``{"f_share_25": 0.27, "f_share_50": 0.52, ...}`` (``profiler.knob``; ``predictor.structure.share_slowdown``
+    reads it).
+
+    Each share takes two windows under the knob between two without it (the rate without it averaged over the
+    two, so a drift of the machine cancels). A live knob (a CPU quota) is set on the warm job's process for its
+    windows; a knob read at start (MPS) needs a process of its own per share.
+    """
+    from sharewise.profiler.knob import knob_for
+
+    place = solo_placement(config)
+    knob = knob_for(config.mode, cores=len(place.cores))
+    knob.check()
+    out: dict[str, float] = {}
+    free = jobs.acquire([spec], [place])[0]
+    try:
+        for percent in config.shares:
+            share = percent / 100.0
+            limited = free
+            if not knob.live:
+                env_place = dataclasses.replace(place, env=tuple(sorted(knob.environment(share).items())))
+                limited = jobs.acquire([spec], [env_place])[0]
+            try:
+                window = common_window(config, [free.info["step_ms"] / share])
+                rates, plain = [], []
+                for kind in ("plain", "knob", "knob", "plain"):
+                    worker = free if kind == "plain" else limited
+                    if kind == "knob" and knob.live:
+                        knob.apply(worker.pid, share)
+                    try:
+                        (w,), _ = measure_together([worker], window, config.min_window_steps,
+                                                   timeout=config.timeout_s)
+                    finally:
+                        if kind == "knob" and knob.live:
+                            knob.release(worker.pid)
+                    (plain if kind == "plain" else rates).append(w.throughput)
+                out[f"f_share_{percent}"] = float(np.mean(rates) / np.mean(plain))
+            finally:
+                if limited is not free:
+                    jobs.release([limited])
+    except BaseException:
+        jobs.discard([free])
+        raise
+    finally:
+        knob.close()
+    jobs.release([free])
+    return out
 
 
 def _features(job: WorkerProcess, task: ProfileTask, config: RunConfig) -> dict | None:
@@ -112,9 +178,22 @@ def _feature_key(spec: str, config: RunConfig, info: dict) -> dict:
     }
 
 
+def solo_placement(config: RunConfig) -> CoreAssignment:
+    """Where a job runs alone (the solo rule of this module): on CUDA devices the first side of a pair's
+    placements (every core, half the host's threads, or ``config.threads``); on CPUs the mode's placement of
+    one worker, which is already a pair member's (``cpu``: every core; ``cpu-partition``: the first part).
+
+    >>> solo_placement(RunConfig(device="cuda", mode="timeslice", threads=4)).threads
+    4
+    """
+    if device_kind(config.device) == "cuda":
+        return placements(config, 2)[0]
+    return placements(config, 1)[0]
+
+
 def _repeats(task: ProfileTask, config, jobs: WorkerPool, probe):
     """The solo and probe windows of a profile; returns ``(solo windows, ready info, features)``."""
-    (place,) = placements(config, 1)
+    place = solo_placement(config)
     windows: list[Window] = []
     features, info = None, {}
     job: WorkerProcess | None = None
@@ -125,6 +204,10 @@ def _repeats(task: ProfileTask, config, jobs: WorkerPool, probe):
             if job is None:
                 wait_until_idle(config.idle_threshold, max_wait_s=config.idle_wait_s)
                 job = _start(task.spec, place, jobs, probe)
+                if jobs.reuse:
+                    settle_prestarted(jobs, [job], config)
+                if probe is not None and probe.worker is not None:
+                    settle_prestarted(probe.pool, [probe.worker], config)
                 info = job.info
                 if features is None:
                     features = _features(job, task, config)

@@ -4,6 +4,8 @@
 progress read from their step reports, and the pairs that share a slot are measured as they run. The pieces:
 ``slots`` (what stands for a GPU: a CUDA device or a set of CPU cores), ``runner`` (a built-in workload run
 as a job), ``jobs`` (one job's process: start, pause, resume, progress, end), ``world`` (the real world behind
-``sharewise.engine.loop``), ``ray_jobs`` (the same jobs as Ray actors), and ``sharewise.app.run`` (the
-command: calibration, one run per policy, resume, the comparison with the simulator).
+``sharewise.engine.loop``), ``ray_jobs`` (the same jobs as Ray actors), and ``physical`` (one policy's run over a
+trace: the world, the loop, saving and resuming, the result; the runtime's one entry, as
+``engine.simulator.simulate`` is the simulator's). ``sharewise.app.run`` is the command above it: its inputs,
+the calibration, one run per policy, the comparison with the simulator.
 """

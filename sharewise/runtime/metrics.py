@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from sharewise.engine.loop import DONE, FAILED, QUEUED, RUNNING, WAITING
+from sharewise.engine.world import DONE, FAILED, QUEUED, RUNNING, WAITING
 from sharewise.errors import ConfigError
 
 #: Seconds of a job's latest step reports its current rate is measured over (within its current segment).
@@ -192,15 +192,15 @@ def _add_view(families: dict, view: PolicyView) -> None:
 # ---- what the run shows ------------------------------------------------------------------------------
 def policy_view(policy: str, loop, world, now: float) -> PolicyView:
     """The ``PolicyView`` of ``loop`` (a ``SchedulingLoop``) over ``world`` (a ``RealWorld``) at run clock
-    ``now``: each job's state, slot and partner from the loop; its rates, steps and length from the world; its
-    predicted slowdown next to its partner from the loop's table (what the policy sees, learned pairs
-    included)."""
-    table = loop.table
+    ``now``: each job's state, slot and partner from the loop's read-only view of its jobs (``loop.jobs``, what
+    its world reads); its rates, steps and length from the world; its predicted slowdown next to its partner from
+    the loop's table (what the policy sees, learned pairs included)."""
+    table, view = loop.table, loop.jobs
     jobs = []
     for j, rec in enumerate(world.jobs):
-        status = int(loop.status[j])
-        gpus = list(loop.job_gpus[j])
-        partners = sorted({int(o) for g in gpus for o in loop.resident[g] if o >= 0 and o != j})
+        status = int(view.status[j])
+        gpus = list(view.gpus[j])
+        partners = sorted({int(o) for g in gpus for o in view.resident[g] if o >= 0 and o != j})
         state = _state(status, rec)
         rate = solo = observed = p50 = p90 = math.nan
         if status == RUNNING:
@@ -211,7 +211,7 @@ def policy_view(policy: str, loop, world, now: float) -> PolicyView:
             observed = solo / rate if rate > 0 else math.nan
             p50, p90 = 1.0, 1.0
             if len(partners) == 1:
-                a, b = int(loop.wl[j]), int(loop.wl[partners[0]])
+                a, b = view.workload[j], view.workload[partners[0]]
                 p50, p90 = float(table.p50[a, b]), float(table.p90[a, b])
             elif partners:  # next to jobs of several workloads (a multi-slot job): no one prediction
                 p50 = p90 = math.nan
@@ -222,8 +222,8 @@ def policy_view(policy: str, loop, world, now: float) -> PolicyView:
             steps=int(rec.steps), length_steps=float(rec.length.steps), length_known=bool(rec.length.known),
         ))
     return PolicyView(policy=policy, clock_s=float(now), jobs=tuple(jobs),
-                      slot_jobs=tuple(int(x) for x in loop.occupancy), decisions=int(loop.calls),
-                      preemptions=int(loop.preemptions), failures=int((loop.status == FAILED).sum()))
+                      slot_jobs=tuple(int(x) for x in view.occupancy), decisions=int(loop.calls),
+                      preemptions=int(loop.preemptions), failures=int((view.status == FAILED).sum()))
 
 
 def _state(status: int, rec) -> str:

@@ -6,9 +6,12 @@ Semantics where reality forces a choice (the loop's own are in ``sharewise.engin
 - **Time.** Seconds since the run began (wall clock). The loop's next event (an arrival, a wake-up a policy
   asked for, a round) is waited for; meanwhile the jobs are polled every ``poll_s`` and a job's end, or a new
   measurement, is an event at the moment it is noticed.
-- **Work.** A job's work for the policies is its steps at its solo step time on this device (``step_s``,
-  measured in the same sitting where a calibration ran); its remaining work is its remaining steps at that
-  step time. Its attained service is the time it held its GPUs running (not paused).
+- **Work.** A job's work for the policies is its start-up, then its steps at its solo step time on this device
+  (``step_s``, measured in the same sitting where a calibration ran). What is left of it is its remaining steps
+  at that step time, plus what is left of its start-up while it has not stepped since its process started; the
+  world reports the work done as what is left shrinks (``progress``), and a move's or a restart's start-up as
+  the cost of that start (``started``). The loop keeps the account (remaining work, attained service) from these
+  reports, as it does in a simulation.
 - **Start, pause, resume, move.** A first start spawns the job on its slots. A preempted job is paused
   (SIGSTOP): its process and memory stay where they are. Placed again on the same slots, it resumes
   (SIGCONT) where it was; placed elsewhere, its paused process is killed and it starts again there from its
@@ -48,8 +51,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sharewise.engine.loop import DONE, FAILED, RUNNING
-from sharewise.engine.world import Jobs, Observation
+from sharewise.engine.world import DONE, FAILED, RUNNING, Jobs, Observation
 from sharewise.profiler.confidence import WINDOW_S, WINDOW_STEPS, judge
 from sharewise.profiler.pair import ci_halfwidth, cv
 from sharewise.runtime.jobs import DONE_STATUS, JobSpec, LocalJob
@@ -114,12 +116,13 @@ class JobRecord:
     proc: LocalJob | None = None
     slots: list[int] = field(default_factory=list)
     segment: Segment | None = None
-    anchor: float = 0.0
     last_step_t: float = math.nan
     solo_steps: int = 0
     solo_s: float = 0.0
     events: list[dict] = field(default_factory=list)
     startups: list[float] = field(default_factory=list)
+    told: float = math.nan  # the work left the loop was last told of (its remaining, from the reports)
+    work_told: float = math.nan  # the work the loop was last told the job has (its length learned)
     spawned_at: float = math.nan  # while the job has not reported a step since its process started
     spawn_alone: bool = True  # its process started on slots no other job held
     exit: dict | None = None
@@ -173,6 +176,8 @@ class RealWorld:
         lengths = lengths or [Length(float(spec.steps), True, "the trace") for spec in specs]
         self.jobs = [JobRecord(spec, float(s), float(u), n)
                      for spec, s, u, n in zip(specs, step_s, startup_s, lengths, strict=True)]
+        for j, rec in enumerate(self.jobs):
+            rec.told = rec.work_told = self.work(j)
         self.layout = layout
         self.dir = Path(workdir) / "jobs"
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -190,7 +195,8 @@ class RealWorld:
         self._lengths: dict[int, float] = {}  # new lengths (work seconds) not yet reported to the loop
         self.live: set[int] = set()  # jobs with a process
         self.pairings: dict[frozenset[int], Pairing] = {}  # open pairings by their two jobs
-        self.on_event = on_event  # called after every event the loop processed, and every few seconds (saves state)
+        # Called with the run clock after every event the loop processed, and every few seconds (saves state).
+        self.on_event = on_event
         self._saved = time.monotonic()
 
     def begin(self, at: float = 0.0) -> None:
@@ -214,7 +220,7 @@ class RealWorld:
 
     def restore(self, state: dict) -> None:
         """Take back ``snapshot()``'s records after the loop restored its own state: the steps each job made are
-        kept, and every job not finished reports the work its remaining steps hold (its process is gone)."""
+        kept; its process is gone, and what it has left is what the loop's snapshot holds."""
         jobs = self.loop_jobs
         for j, (rec, saved) in enumerate(zip(self.jobs, state["jobs"], strict=True)):
             rec.steps = int(saved["steps"])
@@ -225,11 +231,11 @@ class RealWorld:
             rec.last_step_t = math.nan if saved["last_step_t"] is None else saved["last_step_t"]
             if saved.get("length"):
                 rec.length = Length.from_json(saved["length"])
-            if jobs.status[j] not in (DONE, FAILED):
-                jobs.remaining[j] = max(rec.length.steps - rec.steps, 0) * rec.step_s
+            rec.told, rec.work_told = float(jobs.remaining[j]), self.work(j)
 
     # ---- the World protocol ---------------------------------------------------------------------------
     def bind(self, jobs: Jobs) -> None:
+        """The loop's jobs; their work must be ``work``'s (what ``progress`` reports against)."""
         self.loop_jobs = jobs
 
     def tolerance(self, now: float) -> float:
@@ -239,12 +245,12 @@ class RealWorld:
         return time.time() - self.t0
 
     def advance(self, until: float) -> float:
-        self._save()
+        self._save(self._last)
         while True:
             now = self.clock()
             self._poll(now)
             if time.monotonic() - self._saved >= SAVE_EVERY_S:
-                self._save()  # a long stretch without events: a stop then loses little
+                self._save(now)  # a long stretch without events: a stop then loses little
             if self._ended or self._news or self._lengths:
                 self._last = max(now, self._last)
                 return self._last
@@ -255,40 +261,43 @@ class RealWorld:
                 return math.inf
             time.sleep(max(0.0, min(self.poll_s, until - now)))
 
-    def _save(self) -> None:
+    def _save(self, now: float) -> None:
         self._saved = time.monotonic()
         if self.on_event is not None:
-            self.on_event()
+            self.on_event(now)
 
     def finished(self, now: float) -> list[tuple[int, int]]:
         ended, self._ended = self._ended, []
         return ended
 
-    def remaining(self, j: int, now: float) -> float:
-        """Job ``j``'s remaining work: its remaining steps at its step time, plus what is left of its start-up
-        while it has not stepped since its process started."""
+    def left(self, j: int, now: float) -> float:
+        """Job ``j``'s work left as measured: its remaining steps at its step time, plus what is left of its
+        start-up while it has not stepped since its process started."""
         rec = self.jobs[j]
         left = max(rec.length.steps - rec.steps, 0) * rec.step_s
         if not math.isnan(rec.spawned_at):
             left += max(0.0, rec.startup_s - (now - rec.spawned_at))
         return left
 
-    def refresh(self, now: float) -> None:
-        jobs = self.loop_jobs
-        for j in self.live:
+    def progress(self, now: float, jobs=None) -> tuple[np.ndarray, np.ndarray]:
+        """The work each job did since the last report: how much its work left shrank (as of the last poll)."""
+        if jobs is None:
+            status = self.loop_jobs.status
+            jobs = sorted(j for j in self.live if status[j] == RUNNING)
+        work = np.empty(len(jobs))
+        for k, j in enumerate(jobs):
             rec = self.jobs[j]
-            jobs.remaining[j] = self.remaining(j, now)
-            if jobs.status[j] == RUNNING:
-                jobs.attained[j] += jobs.ngpus[j] * (now - rec.anchor)
-                rec.anchor = now
+            left = self.left(j, now)
+            work[k] = rec.told - left
+            rec.told = left
+        return np.asarray(jobs, dtype=np.int64), work
 
-    def started(self, j: int, gpus: list[int], now: float, restart: bool) -> None:
+    def started(self, j: int, gpus: list[int], now: float, restart: bool) -> float:
         rec = self.jobs[j]
-        rec.anchor = now
         if rec.proc is not None and rec.proc.paused and rec.slots == list(gpus):
             rec.proc.resume()
             rec.events.append({"t": round(now, 3), "event": "resume", "slots": list(gpus), "step": rec.steps})
-            return
+            return 0.0
         kind = "start"
         if rec.proc is not None:  # paused elsewhere: it moves, restarting from its step count
             rec.proc.kill()
@@ -301,17 +310,18 @@ class RealWorld:
                                  self.dir / f"{_safe(rec.spec.job_id)}.log")
         rec.spawned_at = now
         rec.spawn_alone = all(self.loop_jobs.occupancy[g] == 1 for g in gpus)
-        self.loop_jobs.remaining[j] = self.remaining(j, now)  # a move pays its start-up again
         self.live.add(j)
         rec.events.append({"t": round(now, 3), "event": kind, "slots": list(gpus), "step": rec.steps})
+        # A first start's start-up is part of the job's work already; a move or a restart pays it again.
+        left = self.left(j, now)
+        cost, rec.told = left - rec.told, left
+        return cost
 
     def stopped(self, j: int, now: float) -> None:
         rec = self.jobs[j]
         self._poll_job(j, now)
         rec.proc.pause()
         self._close(j, now)
-        self.loop_jobs.remaining[j] = self.remaining(j, now)
-        self.loop_jobs.attained[j] += self.loop_jobs.ngpus[j] * (now - rec.anchor)
         rec.events.append({"t": round(now, 3), "event": "pause", "step": rec.steps})
 
     def rate_changed(self, j: int, now: float) -> None:
@@ -339,6 +349,14 @@ class RealWorld:
         out, self._lengths = sorted(self._lengths.items()), {}
         return out
 
+    def _learned(self, j: int) -> None:
+        """Job ``j``'s length changed: the loop hears of its new work (``lengths``), and what it has left moves
+        with it, apart from the work it did (``progress``)."""
+        rec = self.jobs[j]
+        work = self.work(j)
+        rec.told += work - rec.work_told
+        rec.work_told = self._lengths[j] = work
+
     def work(self, j: int) -> float:
         """Job ``j``'s work as the policies know it: its start-up, then its length at its solo step time."""
         rec = self.jobs[j]
@@ -362,7 +380,7 @@ class RealWorld:
                 rec.exit = {"status": ended.status, "code": ended.code, "message": ended.message,
                             "last_step_t": _round(rec.last_step_t)}
                 if ended.status == DONE_STATUS and rec.length.ended(rec.steps, now):
-                    self._lengths[j] = self.work(j)
+                    self._learned(j)
                 if ended.status == DONE_STATUS and math.isfinite(rec.last_step_t):
                     self.sitting.teardown[rec.spec.name].append(now - rec.last_step_t)
                 rec.events.append({"t": round(now, 3), "event": "finish" if ended.status == DONE_STATUS else
@@ -379,7 +397,7 @@ class RealWorld:
         rec.last_step_t = records[-1][1] - self.t0
         total = getattr(rec.proc, "own_total", None)  # a command's own total, from its output
         if (total is not None and rec.length.from_output(total, now)) or rec.length.outrun(rec.steps):
-            self._lengths[j] = self.work(j)
+            self._learned(j)
         if not math.isnan(rec.spawned_at):
             # From the spawn to the end of the first step: process start, import, build, one step.
             took = records[0][1] - self.t0 - rec.spawned_at

@@ -335,6 +335,8 @@ def _pair_row(gpu, job_a, job_b, isolated, coloc_a, coloc_b, created) -> dict:
         "error": error,
         "created_at": created,
         "source": "gavel",
+        # One published number per pair: no interval, so no precision to judge (``schema.PAIR_OPTIONAL``).
+        "precision": "",
     }
 
 

@@ -234,6 +234,8 @@ def _read_pairs(path: Path, profiles: pd.DataFrame, profiles_path: Path, created
             "error": _text_column(df, "error", ""),
             "created_at": created,
             "source": "csv",
+            # No interval is given, so no precision to judge (``schema.PAIR_OPTIONAL``).
+            "precision": "",
         }
     )
     pairs.loc[pairs["mode"] == "", "mode"] = UNKNOWN

@@ -13,11 +13,13 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from sharewise.errors import TraceError
 from sharewise.registry import Registry
+
+if TYPE_CHECKING:  # numpy loads with a format's reader: the CLI reads TRACE_FORMATS for its help without it
+    import numpy as np
 
 TRACE_FORMATS: Registry[TraceFormat] = Registry(
     "trace format",
@@ -141,6 +143,8 @@ def load_trace(path: str | os.PathLike, *, format: str = AUTO, context: TraceCon
 
 def check_trace(trace: Trace, workloads: Sequence[str], n_gpus: int) -> None:
     """Raise ``TraceError`` if a job names a workload not in ``workloads`` or wants over ``n_gpus`` GPUs."""
+    import numpy as np
+
     known = set(workloads)
     unknown = np.array([w not in known for w in trace.workload], dtype=bool)
     if unknown.any():

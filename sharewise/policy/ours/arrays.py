@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from sharewise.engine.interface import ClusterState, Queue, readonly
+from sharewise.engine.policy_types import ClusterState, Queue, readonly
 from sharewise.engine.table import SlowdownTable
 from sharewise.policy.ours.params import Params
 from sharewise.policy.ours.slo import pair_constants
@@ -91,6 +91,7 @@ class Knobs(NamedTuple):
     tolerance_s: float
     recheck_s: float
     share_fresh: int
+    reserve_share: float
     forbidden: float
 
 

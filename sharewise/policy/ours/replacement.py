@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from sharewise.engine.gpus import effective_speed, fastest_block
-from sharewise.engine.interface import ClusterState, Decision, Placement, Queue
+from sharewise.engine.policy_types import ClusterState, Decision, Placement, Queue
 
 
 def replace_lone_jobs(decision: Decision, queue: Queue, cluster: ClusterState) -> Decision:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from sharewise.engine.compiled import kernel
-from sharewise.engine.interface import Placement, Queue, readonly
+from sharewise.engine.policy_types import Placement, Queue, readonly
 from sharewise.policy.ours.arrays import Gpus, Jobs, Knobs, Pairs
 from sharewise.policy.ours.slo import calm, end_bound, shared_ends
 from sharewise.policy.ours.stage import Stage

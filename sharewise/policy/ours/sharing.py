@@ -14,7 +14,9 @@ at once (``multi_join_holds``: it runs at the rate of its worst GPU); then one a
 over the single-GPU jobs and the GPUs left maximizes the summed saving. A GPU whose job shares another of its
 GPUs is not offered: that job runs slowed there, for a time the check cannot see. A job step 1 started alone in
 this call is offered where ``Params.share_fresh`` says (by default only where the cluster held no job at the call:
-elsewhere a call comes soon, when a job ends or arrives, and the job is offered then).
+elsewhere a call comes soon, when a job ends or arrives, and the job is offered then). Where a job is reserved
+(``reservation``), a join that would keep a GPU the reservation counts on busy past its shadow time takes a spare
+GPU, and waits where none is left.
 """
 
 from __future__ import annotations
@@ -24,10 +26,11 @@ from scipy.optimize import linear_sum_assignment
 
 from sharewise.engine.compiled import kernel
 from sharewise.engine.gpus import pick_free_gpus
-from sharewise.engine.interface import ClusterState, Placement
 from sharewise.engine.order import select_smallest, stable_order
+from sharewise.engine.policy_types import ClusterState, Placement
 from sharewise.engine.table import SlowdownTable
 from sharewise.policy.ours.arrays import FORBIDDEN, Waiting
+from sharewise.policy.ours.reservation import join_change
 from sharewise.policy.ours.slo import budget, end_bound, joiner_budget, shared_ends
 
 
@@ -45,10 +48,20 @@ def release_times(cluster: ClusterState, table: SlowdownTable, m: int | None = N
 
 @kernel
 def releases(resident, remaining, workload, speed, allowed, p50, m, started):  # pragma: no cover - compiled
-    """``release_times`` on arrays: the ``m`` soonest, ascending. A pair's release is the later of its two ends
-    (``slo.shared_ends``); neighbouring GPUs of the same job(s) at the same speed are computed once. A GPU free in
-    ``resident`` that this call just gave a job (``started[gpu]``: that job's remaining exclusive time, NaN for
-    none) is released when that job ends, not now."""
+    """``release_times`` on arrays: the ``m`` soonest of ``gpu_releases``, ascending."""
+    out = gpu_releases(resident, remaining, workload, speed, allowed, p50, started)
+    if m < out.shape[0]:
+        out = select_smallest(out, m)
+    return out[stable_order(out)]
+
+
+@kernel
+def gpu_releases(resident, remaining, workload, speed, allowed, p50, started):  # pragma: no cover - compiled
+    """Each GPU's predicted release (seconds from now, p50 slowdowns), by GPU: 0 where free, a lone job's
+    remaining time over the GPU's speed, a pair's later end (``slo.shared_ends``); neighbouring GPUs of the same
+    job(s) at the same speed are computed once. A GPU free in ``resident`` that this call just gave a job
+    (``started[gpu]``: that job's remaining exclusive time, NaN for none) is released when that job ends, not
+    now."""
     n_gpus = resident.shape[0]
     out = np.zeros(n_gpus)
     for gpu in range(n_gpus):
@@ -70,25 +83,27 @@ def releases(resident, remaining, workload, speed, allowed, p50, m, started):  #
         s_ba = p50[wb, wa] if allowed[wb, wa] else 1.0
         c_a, c_b = shared_ends(remaining[a], remaining[b], s_ab, s_ba)
         out[gpu] = (c_a if c_a > c_b else c_b) / speed[gpu]
-    if m < n_gpus:
-        out = select_smallest(out, m)
-    return out[stable_order(out)]
+    return out
 
 
 @kernel
-def savings(joiners, release, single, lone, speed, jobs, pairs, knobs, shared_elsewhere,
-            fresh_ok):  # pragma: no cover - compiled
-    """Return ``(saving, n_good)``: the (joiners x lone residents) time saved by joining, ``-inf`` where
-    forbidden, and per joiner the number of GPUs where it saves time (``saving > 0``).
+def savings(joiners, release, single, lone, speed, jobs, pairs, knobs, shared_elsewhere, fresh_ok,
+            reserved):  # pragma: no cover - compiled
+    """Return ``(saving, n_good, costly)``: the (joiners x lone residents) time saved by joining, ``-inf`` where
+    forbidden, per joiner the number of GPUs where it saves time (``saving > 0``), and the cells that take a spare
+    GPU of the reservation ``reserved`` (``reservation.Reservation`` as a plain tuple).
 
     Row ``i`` is a waiting job (``joiners``: a ``Waiting``; ``release[i]`` the predicted wait for its turn in
     the line); column ``j`` is GPU ``single[j]``, holding ``lone``'s job alone (``lone``: per GPU the job, its
     workload and remaining exclusive time). A column whose resident is in ``shared_elsewhere`` (a multi-GPU
     job sharing another of its GPUs) is forbidden, and so is one whose job step 1 started in this call (its
     ``jobs.start`` NaN) unless ``fresh_ok``; a joiner that ran before (``jobs.start`` not NaN: it was
-    preempted) must also end within what the SLO leaves of its own budget. Where neighbouring GPUs hold the
-    same job at the same speed (a multi-GPU job), their column is computed once.
+    preempted) must also end within what the SLO leaves of its own budget. A joiner other than the reserved job
+    that would keep a GPU the reservation counts on (released by its shadow time) busy past it, at the pair's
+    later end at the SLO's quantile, takes a spare GPU (``costly``), and is forbidden where none is spare. Where
+    neighbouring GPUs hold the same job at the same speed (a multi-GPU job), their column is computed once.
     """
+    reserved_job, t, spare = reserved
     partner, partner_wl, remaining = lone[0], lone[1], lone[2]
     job_work, job_start = jobs.work, jobs.start
     now, max_slowdown, n = knobs.now, knobs.slo, pairs.n
@@ -98,6 +113,7 @@ def savings(joiners, release, single, lone, speed, jobs, pairs, knobs, shared_el
     k = single.shape[0]
     out = np.full((m, k), -np.inf)
     n_good = np.zeros(m, dtype=np.int64)
+    costly = np.zeros((m, k), dtype=np.bool_)
     last = -1  # the last column computed
     for j in range(k):
         gpu = single[j]
@@ -108,6 +124,7 @@ def savings(joiners, release, single, lone, speed, jobs, pairs, knobs, shared_el
             if partner[before] == res and speed[before] == sp and remaining[before] == remaining[gpu]:
                 for i in range(m):
                     out[i, j] = out[i, last]
+                    costly[i, j] = costly[i, last]
                     if out[i, j] > 0:
                         n_good[i] += 1
                 continue
@@ -141,6 +158,12 @@ def savings(joiners, release, single, lone, speed, jobs, pairs, knobs, shared_el
                 bud_a = budget(max_slowdown, job_work[ja], sp, now - job_start[ja])
                 if (q_ab * ea if a_first else ea + eb * extra[ba]) > bud_a:
                     continue
+            if eb <= t and ja != reserved_job:
+                # The reservation counts on this GPU: the pair releases it at its later end.
+                if (eb + ea * extra[ab] if a_first else ea + eb * extra[ba]) > t:
+                    if spare <= 0:
+                        continue
+                    costly[i, j] = True
             if not pairs.same_quantile:
                 a_first = g[ab] * ea <= g[ba] * eb
             pair_stretch = ea * stretch[ab] if a_first else eb * stretch[ba]
@@ -148,15 +171,16 @@ def savings(joiners, release, single, lone, speed, jobs, pairs, knobs, shared_el
             out[i, j] = wait - pair_stretch
             if out[i, j] > 0:
                 n_good[i] += 1
-    return out, n_good
+    return out, n_good, costly
 
 
 @kernel
-def gains(joiners, lone, gpus, jobs, pairs, knobs):  # pragma: no cover - compiled
-    """Return ``(single, saving, n_good)`` for the waiting jobs ``joiners``: the GPUs holding one job and
-    ``savings`` against them, where a job's alternative is its turn in the predicted releases (``releases``:
-    the waiting jobs take them in SJF order, as many GPUs as each asks for). A job step 1 started alone in this
-    call is offered as ``Params.share_fresh`` says (``"idle"``: where the cluster held no job at the call)."""
+def gains(joiners, lone, gpus, jobs, pairs, knobs, reserved):  # pragma: no cover - compiled
+    """Return ``(single, saving, n_good, costly)`` for the waiting jobs ``joiners``: the GPUs holding one job and
+    ``savings`` against them (with the reservation ``reserved``), where a job's alternative is its turn in the
+    predicted releases (``releases``: the waiting jobs take them in SJF order, as many GPUs as each asks for). A
+    job step 1 started alone in this call is offered as ``Params.share_fresh`` says (``"idle"``: where the cluster
+    held no job at the call)."""
     partner = lone[0]
     n_gpus = partner.shape[0]
     k_a = joiners.gpus
@@ -191,19 +215,21 @@ def gains(joiners, lone, gpus, jobs, pairs, knobs):  # pragma: no cover - compil
                 break
     live = rows_that_may_save(joiners.workload, joiners.remaining, release_a, single, gpus.speed, pairs)
     if live.shape[0] == k_a.shape[0]:
-        saving, n_good = savings(joiners, release_a, single, lone, gpus.speed, jobs, pairs, knobs, shared_elsewhere,
-                                 fresh_ok)
-        return single, saving, n_good
+        saving, n_good, costly = savings(joiners, release_a, single, lone, gpus.speed, jobs, pairs, knobs,
+                                         shared_elsewhere, fresh_ok, reserved)
+        return single, saving, n_good, costly
     saving = np.full((k_a.shape[0], single.shape[0]), -np.inf)
     n_good = np.zeros(k_a.shape[0], dtype=np.int64)
+    costly = np.zeros((k_a.shape[0], single.shape[0]), dtype=np.bool_)
     if live.shape[0]:
         some = Waiting(joiners.job[live], joiners.gpus[live], joiners.workload[live], joiners.remaining[live])
-        part, part_good = savings(some, release_a[live], single, lone, gpus.speed, jobs, pairs, knobs,
-                                  shared_elsewhere, fresh_ok)
+        part, part_good, part_costly = savings(some, release_a[live], single, lone, gpus.speed, jobs, pairs, knobs,
+                                               shared_elsewhere, fresh_ok, reserved)
         for r in range(live.shape[0]):
             saving[live[r]] = part[r]
             n_good[live[r]] = part_good[r]
-    return single, saving, n_good
+            costly[live[r]] = part_costly[r]
+    return single, saving, n_good, costly
 
 
 @kernel
@@ -291,18 +317,22 @@ def multi_join_holds(job, wl, rem, shared, sp, lone, gpus, jobs, q, n, now, max_
 
 
 @kernel
-def offer(occ, n_free, lone, rows, gpus, jobs, waiting, pairs, knobs):  # pragma: no cover - compiled
+def offer(occ, n_free, lone, rows, gpus, jobs, waiting, pairs, knobs, reserved):  # pragma: no cover - compiled
     """The sharing step on the cluster after step 1 (``occ``, ``n_free``, ``lone``: as step 1 left them) for
-    the waiting jobs at queue positions ``rows``: ``(joined, join_gpus, single, cost, cost_rows, cost_cols)``.
+    the waiting jobs at queue positions ``rows``, with the reservation ``reserved`` (``reservation.Reservation``
+    as a plain tuple): ``(joined, join_gpus, single, cost, cost_rows, cost_cols, costly, shadow, spare)``.
 
     Multi-GPU jobs (rare) first, in queue-head order: each takes its ``need`` best shared GPUs (with all free
-    GPUs, when some are free) when every one of them saves and ``multi_join_holds``; ``joined`` are their
-    queue positions and ``join_gpus`` their GPUs, each job's ascending, one after the other. Then
-    ``assignment_costs`` for the single-GPU jobs and the shared GPUs not taken.
+    GPUs, when some are free) when every one of them saves, ``multi_join_holds`` and the reservation keeps its
+    GPUs (``reservation.join_change``; the reserved job itself joining ends the reservation); ``joined`` are
+    their queue positions and ``join_gpus`` their GPUs, each job's ascending, one after the other. Then
+    ``assignment_costs`` for the single-GPU jobs and the shared GPUs not taken, ``costly`` marking the cells that
+    take a spare GPU; ``shadow`` and ``spare`` are the reservation left for them.
     """
+    reserved_job, t, spare = reserved
     joiners = Waiting(waiting.job[rows], waiting.gpus[rows], waiting.workload[rows], waiting.remaining[rows])
     k_a = joiners.gpus
-    single, saving, n_good = gains(joiners, lone, gpus, jobs, pairs, knobs)
+    single, saving, n_good, costly = gains(joiners, lone, gpus, jobs, pairs, knobs, reserved)
     taken = np.zeros(single.shape[0], dtype=np.bool_)
     joined = np.empty(rows.shape[0], dtype=np.int64)
     n_joined = 0
@@ -336,6 +366,14 @@ def offer(occ, n_free, lone, rows, gpus, jobs, waiting, pairs, knobs):  # pragma
         if not multi_join_holds(waiting.job[i], waiting.workload[i], waiting.remaining[i], shared, sp, lone, gpus,
                                 jobs, pairs.q, pairs.n, knobs.now, knobs.slo):
             continue
+        if waiting.job[i] == reserved_job:
+            t = np.inf  # the reserved job starts: nothing left to reserve
+        elif t < np.inf:
+            delta = join_change(free, shared, waiting.workload[i], waiting.remaining[i] / sp, lone, gpus.speed,
+                                pairs.q, pairs.n, t)
+            if spare + delta < 0:
+                continue
+            spare += delta
         for c in range(need):
             taken[best[c]] = True
         for c in range(chosen.shape[0]):
@@ -347,16 +385,16 @@ def offer(occ, n_free, lone, rows, gpus, jobs, waiting, pairs, knobs):  # pragma
             o += 1
         joined[n_joined] = i
         n_joined += 1
-    cost, cost_rows, cost_cols = assignment_costs(saving, k_a, taken, knobs.forbidden)
-    return joined[:n_joined], join_gpus[:o], single, cost, rows[cost_rows], cost_cols
+    cost, cost_rows, cost_cols, cost_costly = assignment_costs(saving, k_a, taken, knobs.forbidden, costly)
+    return joined[:n_joined], join_gpus[:o], single, cost, rows[cost_rows], cost_cols, cost_costly, t, spare
 
 
 @kernel
-def assignment_costs(saving, k_a, taken, forbidden):  # pragma: no cover - compiled; tested via the policy
-    """Return ``(cost, rows, cols)`` for the one assignment of single-GPU waiting jobs to shared GPUs:
-    the rows (jobs asking one GPU) and columns (GPUs not ``taken``) with at least one saving cell, ``cost``
+def assignment_costs(saving, k_a, taken, forbidden, costly):  # pragma: no cover - compiled; tested via the policy
+    """Return ``(cost, rows, cols, cost_costly)`` for the one assignment of single-GPU waiting jobs to shared
+    GPUs: the rows (jobs asking one GPU) and columns (GPUs not ``taken``) with at least one saving cell, ``cost``
     the negated savings there (``forbidden`` where a cell saves nothing) followed by one zero column per row
-    (waiting instead)."""
+    (waiting instead), and ``costly`` on those rows and columns."""
     m, k = saving.shape
     use_r = np.zeros(m, dtype=np.bool_)
     use_c = np.zeros(k, dtype=np.bool_)
@@ -370,30 +408,41 @@ def assignment_costs(saving, k_a, taken, forbidden):  # pragma: no cover - compi
     rows = np.flatnonzero(use_r)
     cols = np.flatnonzero(use_c)
     cost = np.zeros((rows.shape[0], cols.shape[0] + rows.shape[0]))
+    cost_costly = np.zeros((rows.shape[0], cols.shape[0]), dtype=np.bool_)
     for a in range(rows.shape[0]):
         for b in range(cols.shape[0]):
             gain = saving[rows[a], cols[b]]
             cost[a, b] = -gain if gain > 0 else forbidden
-    return cost, rows, cols
+            cost_costly[a, b] = costly[rows[a], cols[b]]
+    return cost, rows, cols, cost_costly
 
 
 def assign(job: np.ndarray, single: np.ndarray, cost: np.ndarray, rows: np.ndarray, cols: np.ndarray,
-           order: str = "sum") -> list[Placement]:
+           order: str = "sum", costly: np.ndarray | None = None, spare: int = 0) -> tuple[list[Placement], int]:
     """Solve the assignment of the waiting jobs at queue positions ``rows`` (ids ``job``) to GPUs
-    ``single[cols]`` (``cost`` from ``assignment_costs``: one zero column per job for waiting)."""
+    ``single[cols]`` (``cost`` from ``assignment_costs``: one zero column per job for waiting), where a cell
+    marked in ``costly`` takes one of the reservation's ``spare`` GPUs. Return the placements and the spare GPUs
+    left. The summed-saving assignment (``order="sum"``) takes no costly cell: it cannot count spares."""
     if rows.shape[0] == 0:
-        return []
+        return [], spare
     placements = []
     n_cols = cols.shape[0]
+    if costly is None or not costly.any():
+        costly = None
     if order == "sjf":
         free = np.ones(n_cols, dtype=bool)
         for r in range(rows.shape[0]):
-            c = int(np.argmin(np.where(free, cost[r, :n_cols], np.inf))) if free.any() else -1
+            usable = free if costly is None or spare > 0 else free & ~costly[r]
+            c = int(np.argmin(np.where(usable, cost[r, :n_cols], np.inf))) if usable.any() else -1
             if c >= 0 and cost[r, c] < FORBIDDEN:
                 free[c] = False
+                spare -= int(costly is not None and costly[r, c])
                 placements.append(Placement(int(job[rows[r]]), (int(single[cols[c]]),)))
-        return placements
+        return placements, spare
+    if costly is not None:
+        cost = cost.copy()
+        cost[:, :n_cols][costly] = FORBIDDEN
     for r, c in zip(*linear_sum_assignment(cost), strict=True):
         if c < n_cols and cost[r, c] < FORBIDDEN:
             placements.append(Placement(int(job[rows[r]]), (int(single[cols[c]]),)))
-    return placements
+    return placements, spare

@@ -18,36 +18,44 @@ from __future__ import annotations
 import numpy as np
 
 from sharewise.engine.compiled import kernel
-from sharewise.engine.interface import Placement, Queue
+from sharewise.engine.gpus import effective_speed
 from sharewise.engine.order import smallest
+from sharewise.engine.policy_types import Placement, Queue
 from sharewise.policy.ours.arrays import Gpus, Jobs, Knobs, Waiting, waiting_of
+from sharewise.policy.ours.reservation import NONE, Reservation, preemption_change
 from sharewise.policy.ours.slo import slack, urgency_limit
 from sharewise.policy.ours.stage import Stage
 from sharewise.policy.ours.victims import may_wait, stop, take, victims_of
 
 
-def preemptions(queue: Queue, start: list[Placement], stopped: list[int], stage: Stage, jobs: Jobs, knobs: Knobs
-                ) -> tuple[list[Placement], list[int]]:
+def preemptions(queue: Queue, start: list[Placement], stopped: list[int], stage: Stage, jobs: Jobs, knobs: Knobs,
+                reserved: Reservation = NONE) -> tuple[list[Placement], list[int]]:
     """The jobs of ``queue`` that ``start`` leaves waiting and that start on victims' GPUs, and the victims, on
     the cluster of ``stage`` with the occupancy this call left (jobs started or ``stopped`` in this call are no
-    victims), e.g. ``([Placement(7, (3,))], [2])``."""
+    victims), where the reservation ``reserved`` (as the placements left it) keeps its GPUs, e.g.
+    ``([Placement(7, (3,))], [2])``."""
     if len(start) == len(queue):
         return [], []
     started = np.array([p.job for p in start], dtype=np.int64)
     stopped_ = np.array(stopped, dtype=np.int64)
+    if reserved.job in started:
+        reserved = NONE  # it starts in this call: nothing left to reserve
     rows, gpus, victims = srpt_kernel(stage.occupancy, started, stopped_, tuple(stage.gpus), tuple(jobs),
-                                      tuple(waiting_of(queue)), tuple(knobs))
+                                      tuple(waiting_of(queue)), tuple(knobs), tuple(reserved))
     taken = [Placement(int(queue.job[i]), tuple(row[: int(queue.gpus[i])]))
              for i, row in zip(rows.tolist(), gpus.tolist(), strict=True)]
     return taken, victims.tolist()
 
 
 @kernel
-def srpt_kernel(occupancy, started, stopped, gpus, jobs, waiting, knobs):  # pragma: no cover - compiled
+def srpt_kernel(occupancy, started, stopped, gpus, jobs, waiting, knobs, reserved):  # pragma: no cover - compiled
     """``preemptions`` on arrays: ``started`` and ``stopped`` the job ids this call placed and stopped, and
-    ``Gpus``, ``Jobs``, ``Waiting``, ``Knobs`` as plain tuples (``gpus.occupancy`` is not read, ``occupancy``
-    is). Return ``(starts, gpus, stops)``: queue position ``starts[i]`` on ``gpus[i, :k]``."""
+    ``Gpus``, ``Jobs``, ``Waiting``, ``Knobs``, ``reservation.Reservation`` as plain tuples (``gpus.occupancy``
+    is not read, ``occupancy`` is). Return ``(starts, gpus, stops)``: queue position ``starts[i]`` on
+    ``gpus[i, :k]``. A job other than the reserved one takes victims' GPUs only where the reservation keeps its
+    GPUs (``reservation.preemption_change``); the reserved job starting ends the reservation."""
     gpus, jobs, waiting, knobs = Gpus(*gpus), Jobs(*jobs), Waiting(*waiting), Knobs(*knobs)
+    reserved_job, shadow, spare_gpus = reserved
     done = np.zeros(waiting.job.shape[0], dtype=np.bool_)
     for c in range(started.shape[0]):
         done[np.searchsorted(waiting.job, started[c])] = True  # waiting.job is ascending
@@ -138,6 +146,14 @@ def srpt_kernel(occupancy, started, stopped, gpus, jobs, waiting, knobs):  # pra
         picked, used = take(victims, eligible, taken, occ, gpus.node, k)
         if picked.shape[0] < k:
             continue
+        if waiting.job[i] == reserved_job:
+            shadow = np.inf
+        elif shadow < np.inf:
+            end = r / effective_speed(picked, speed, gpus.node, gpus.cross)[0]
+            delta = preemption_change(picked, end, used, victims, occ, shadow)
+            if spare_gpus + delta < 0:
+                continue
+            spare_gpus += delta
         n_free += stop(victims, used, taken, occ)
         for u in range(used.shape[0]):
             stop_list[n_stop] = victims.job[used[u]]

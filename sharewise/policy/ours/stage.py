@@ -8,7 +8,7 @@ from typing import NamedTuple
 import numpy as np
 
 from sharewise.engine import transition
-from sharewise.engine.interface import ClusterState, Placement, Queue, readonly
+from sharewise.engine.policy_types import ClusterState, Placement, Queue, readonly
 from sharewise.policy.ours.arrays import Gpus, gpus_of
 
 

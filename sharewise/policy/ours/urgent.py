@@ -14,8 +14,8 @@ from __future__ import annotations
 import numpy as np
 
 from sharewise.engine.compiled import kernel
-from sharewise.engine.interface import Placement
 from sharewise.engine.order import stable_order
+from sharewise.engine.policy_types import Placement
 from sharewise.policy.ours.arrays import Gpus, Jobs, Knobs, Waiting, waiting_of
 from sharewise.policy.ours.slo import slack, urgency_limit
 from sharewise.policy.ours.stage import Stage

@@ -1,7 +1,8 @@
 """Executors run a campaign's tasks (solo profiles and pairs): locally one by one, or as Ray tasks on a cluster.
 
 Every executor has one signature (``executors.base.Executor``); adding one is its module and one line in
-``EXECUTORS``. The CLI's ``--executor`` choices come from the registry.
+``EXECUTORS``, which lives in ``sharewise.profiler.executor_registry`` so that the CLI's ``--executor`` choices
+come from the registry without importing this package.
 """
 
 from __future__ import annotations
@@ -9,18 +10,10 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
+from sharewise.profiler.executor_registry import EXECUTORS
 from sharewise.profiler.executors.base import Executor, ExecutorOptions, Finished, Task
-from sharewise.registry import Registry
 
 __all__ = ["EXECUTORS", "Executor", "ExecutorOptions", "Finished", "Task", "executor_factory"]
-
-EXECUTORS: Registry[type[Executor]] = Registry(
-    "executor",
-    "sharewise.profiler.executors",
-    {"local": "local:LocalExecutor", "ray": "ray:RayExecutor"},
-    signature="cls(config, device_name, extra_env, options: ExecutorOptions) with submit(task), has_room(), "
-    "busy, next_finished() -> Finished, close(), spans_nodes; cls.check(options) before any run",
-)
 
 
 def executor_factory(

@@ -1,9 +1,10 @@
 """The local executor: profiles and pair runs one after another on this machine (the default; needs no Ray).
 
 It owns the worker processes they run in (``WorkerPool``; this is the one place a pool is made). With warm
-isolation a workload's process starts once: its solo profile leaves it warm, and its pairs take it from
-there; one probe process serves every profile. A Ray task runs its one task on a ``LocalExecutor`` of the
-node (``executors.ray``).
+isolation a workload's process starts once: its solo profile leaves it warm (a profile runs on a pair
+member's host share, the solo rule of ``solo``), and its pairs take it from there; one probe process serves
+every profile. On a GPU the workers a campaign's profiles and pairs need start together (``prepare``). A Ray
+task runs its one task on a ``LocalExecutor`` of the node (``executors.ray``).
 """
 
 from __future__ import annotations
@@ -17,11 +18,11 @@ from sharewise.errors import ConfigError, ProfileFailed
 from sharewise.profiler.config import device_kind
 from sharewise.profiler.executors.base import ExecutorOptions, Finished, Task
 from sharewise.profiler.modes import placements
-from sharewise.profiler.pair import PairTask, empty_row, measure_pair
+from sharewise.profiler.pair import PairTask, empty_row, extension_config, measure_pair_repeats
 from sharewise.profiler.pool import WorkerPool
 from sharewise.profiler.probe import PROBE_SPEC
-from sharewise.profiler.session import WorkerFailed
-from sharewise.profiler.solo import ProfileTask, profile_workload
+from sharewise.profiler.session import RepeatResult, WorkerFailed
+from sharewise.profiler.solo import ProfileTask, profile_workload, solo_placement
 
 if TYPE_CHECKING:
     from sharewise.profiler.config import RunConfig
@@ -61,6 +62,8 @@ class LocalExecutor:
         self.probes = self.pool if warm else WorkerPool(config, extra_env, reuse=True)
         self._queue: deque[Task] = deque()
         self._profiled = False  # a profile ran since the last pair: its probe and placements may linger
+        # The repeats of each pair measured here, by its two specs: an extension goes on from them.
+        self._repeats: dict[tuple[str, str], list[RepeatResult]] = {}
 
     @classmethod
     def check(cls, options: ExecutorOptions) -> None:
@@ -98,7 +101,13 @@ class LocalExecutor:
         """Run one task now; a failed profile or pair is a ``Finished`` with its status, other errors raise."""
         if isinstance(task, PairTask):
             self._ready_for_pairs()
-            return Finished.pair(task, measure_pair(task, self.config, self.device_name, self.pool))
+            key = (task.spec_a, task.spec_b)
+            earlier = self._repeats.get(key) if task.extend else None
+            config = extension_config(self.config, task.extend)
+            row, kept = measure_pair_repeats(task, config, self.device_name, self.pool, earlier=earlier)
+            if kept:
+                self._repeats[key] = kept
+            return Finished.pair(task, row)
         self._profiled = True
         try:
             row = profile_workload(task, self.config, self.pool, self.probes)
@@ -112,27 +121,41 @@ class LocalExecutor:
         return Finished(task, row)
 
     def prepare(self, tasks: Sequence[Task]) -> int:
-        """Start together the warm workers that ``tasks`` (a campaign's known pairs) will need, on CUDA devices;
-        return how many started. Each workload gets one worker, and a second where it pairs with itself.
+        """Start together the warm workers that ``tasks`` (a campaign's missing profiles, or its known pairs)
+        will need, on CUDA devices; return how many started. A profiled workload gets its worker on the solo
+        placement (which is a pair's first: the solo rule), and the probe one; for pairs each workload gets one
+        worker, and a second where it pairs with itself. Workers idle in the pool already are not started again,
+        so the profiles' workers serve the pairs.
 
         On a GPU host each worker start costs about 10 s (the framework's import, the CUDA context), so 8
-        workloads started pair by pair spend over two minutes before their first warm pair; started together
-        they overlap on the host's cores. On a CPU the starts would compete for the cores they measure on,
-        and there is nothing to gain: nothing is started there.
+        workloads started one at a time spend over a minute before their first measurement; started together
+        they overlap on the host's cores (each worker then times a few steps alone before its first run:
+        ``pair.settle_prestarted``). On a CPU the starts would compete for the cores they measure on, and
+        there is nothing to gain: nothing is started there.
         """
         pairs = [t for t in tasks if isinstance(t, PairTask)]
-        if not pairs or not self.pool.reuse or device_kind(self.config.device) != "cuda":
+        profiles = [t for t in tasks if isinstance(t, ProfileTask)]
+        if not (pairs or profiles) or not self.pool.reuse or device_kind(self.config.device) != "cuda":
             return 0
-        self._ready_for_pairs()
         first, second = placements(self.config, 2)
-        paired_with_itself = {t.spec_a for t in pairs if t.spec_a == t.spec_b}
         specs, places = [], []
-        for spec in dict.fromkeys(s for t in pairs for s in (t.spec_a, t.spec_b)):
-            specs.append(spec)
-            places.append(first)
-            if spec in paired_with_itself:
-                specs.append(spec)
-                places.append(second)
+        for t in profiles:
+            specs.append(t.spec)
+            places.append(solo_placement(self.config))
+        if profiles and self.config.features and self.config.probe:
+            specs.append(PROBE_SPEC)
+            places.append(second)  # the probe's placement (``solo._ProbeRun``)
+        if pairs:
+            if not profiles:
+                self._ready_for_pairs()
+            paired_with_itself = {t.spec_a for t in pairs if t.spec_a == t.spec_b}
+            for spec in dict.fromkeys(s for t in pairs for s in (t.spec_a, t.spec_b)):
+                if spec not in {t.spec for t in profiles}:
+                    specs.append(spec)
+                    places.append(first)
+                if spec in paired_with_itself:
+                    specs.append(spec)
+                    places.append(second)
         try:
             return self.pool.prestart(specs, places)
         except WorkerFailed as exc:  # the pair that needs it records the failure when it starts it again
@@ -140,8 +163,8 @@ class LocalExecutor:
             return 0
 
     def _ready_for_pairs(self) -> None:
-        """After profiles, end the workers no pair will use: the probe's, and those of solo-only placements
-        (CUDA profiles use every host thread)."""
+        """After profiles, end the workers no pair will use: the probe's, and any on a placement no pair has
+        (none under the solo rule, which profiles each job on a pair member's share)."""
         if self._profiled:
             self.pool.evict_spec(PROBE_SPEC)
             self.pool.evict_idle(keep=placements(self.config, 2))

@@ -21,10 +21,13 @@ class ModeSettings(Protocol):
 
 @dataclass(frozen=True)
 class CoreAssignment:
-    """Where one worker process runs on the host: the cores it may use and its thread count."""
+    """Where one worker process runs on the host: the cores it may use and its thread count, and the environment
+    it starts with beyond the mode's (``env``: a sharing knob that the process reads at start, e.g. MPS's
+    thread percentage; part of the assignment so a warm worker is reused only under the same knob)."""
 
     cores: tuple[int, ...]
     threads: int
+    env: tuple[tuple[str, str], ...] = ()
 
 
 @contextlib.contextmanager

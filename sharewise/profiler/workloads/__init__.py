@@ -8,6 +8,8 @@ as a class).
 
 from __future__ import annotations
 
+import ast
+import functools
 import importlib
 import importlib.util
 import sys
@@ -56,6 +58,71 @@ _REQUIRED_METHODS = ("build", "step", "close")
 def workload_names() -> list[str]:
     """Return the sorted names of the built-in workloads."""
     return sorted(REGISTRY)
+
+
+#: What ``Workload.describe`` returns: class attributes, all of them.
+_DESCRIBED = ("name", "family", "default_batch_size", "kind", "sizes", "description")
+
+
+def describe_workload(name: str) -> dict:
+    """Return ``Workload.describe()`` of the built-in workload ``name`` without importing torch where it can.
+
+    The built-in workloads' modules import torch (1-2 s) at the top, and a description is class attributes
+    only: they are read from the modules' source, the class and the package's bases it inherits from. A class
+    whose described attributes are not all plain literals there is imported and asked (the same dict).
+
+    >>> describe_workload("ncf")["family"]
+    'recommendation'
+    """
+    module, _, class_name = REGISTRY.target(name).partition(":")
+    attrs = _class_attributes(module, class_name)
+    if not all(key in attrs for key in _DESCRIBED):
+        return load_workload_class(name)().describe()
+    return {key: list(attrs[key]) if key == "sizes" else attrs[key] for key in _DESCRIBED}
+
+
+@functools.cache
+def _module_source(module: str) -> ast.Module | None:
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        return None
+    return ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
+
+
+def _class_attributes(module: str, class_name: str) -> dict:
+    """Literal class attributes of ``module.class_name``, inherited ones included where the base is defined in the
+    same module or imported from a sharewise module (a class from another package contributes nothing: reading
+    its source would import its package). A decorated class, or an attribute bound to anything but a literal, is
+    unknown: missing from the result, so ``describe_workload`` imports the class.
+    """
+    tree = _module_source(module)
+    node = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == class_name), None) if tree else None
+    if node is None or node.decorator_list:
+        return {}
+    imported = {
+        alias.asname or alias.name: stmt.module
+        for stmt in tree.body
+        if isinstance(stmt, ast.ImportFrom) and stmt.level == 0 and stmt.module
+        for alias in stmt.names
+    }
+    attrs: dict = {}
+    for base in reversed(node.bases):  # the first base's attributes win, as in a chain of single inheritance
+        source = imported.get(base.id, module) if isinstance(base, ast.Name) else None
+        if source == module or (source or "").startswith("sharewise."):
+            attrs.update(_class_attributes(source, base.id))
+    for stmt in node.body:
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+            target, value = stmt.targets[0], stmt.value
+        elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
+            target, value = stmt.target, stmt.value
+        else:
+            continue
+        if isinstance(target, ast.Name):
+            try:
+                attrs[target.id] = ast.literal_eval(value)
+            except (ValueError, TypeError):  # a name, a call, an unhashable key: not a literal
+                attrs.pop(target.id, None)
+    return attrs
 
 
 def load_workload_class(spec: str) -> type[Workload]:
