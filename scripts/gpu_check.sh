@@ -13,8 +13,9 @@
 #   physical  `sharewise run` of a PHYS_JOBS-job trace drawn from PHYS_WORKLOADS under exclusive-sjf, sjf-bsbf and
 #             sharewise, knowing the pairs measured above (out-of-fold predictions, one workload held out at a
 #             time; with few pairs the predictions say how they widened), with --compare-sim (this sitting's truth);
-#   mps-split the split stage of the slowdown contract (issue 48): not in the code yet; MPS_SPLIT_CMD (a command
-#             line) runs in its place and budget (MPS_SPLIT_LIMIT), else it is skipped;
+#   mps-split the slowdown contract's knob (issue 48): SPLIT_WORKLOADS' pairs (default the first two of WORKLOADS)
+#             at SPLITS (default 30:70,50:50,70:30; 70:30 on the CPU) under MPS thread percentages (the CPU: a
+#             cgroup CPU quota), into the main dataset, each split its own row;
 #   command   a training script (tests/fixtures/cnn_train.py) as `NAME=cmd:...`, profiled next to the same
 #             model as a class, then paired with itself and with CMD_PARTNER;
 #   tests     the @pytest.mark.gpu tests (a CUDA command job paused and resumed, an MPS pair, NVML sampling; `run
@@ -54,7 +55,7 @@
 #   PHYS_WORKLOADS="resnet18 bert ncf"  PHYS_POLICIES="exclusive-sjf sjf-bsbf sharewise"
 #   CMD_BATCH=64 CMD_PARTNER=resnet18 CMD_PROBE=1 (0: the command stage skips the probe windows)
 #   SMOKE_LIMIT=30 PROFILE_LIMIT=80 PAIRS_LIMIT=120 (each mode; per mode: TIMESLICE_LIMIT, MPS_LIMIT=200,
-#   CPU_LIMIT, CPU_PARTITION_LIMIT)  PHYSICAL_LIMIT=130 MPS_SPLIT_LIMIT=60 COMMAND_LIMIT=60 TESTS_LIMIT=45
+#   CPU_LIMIT, CPU_PARTITION_LIMIT)  PHYSICAL_LIMIT=130 MPS_SPLIT_LIMIT=75 COMMAND_LIMIT=60 TESTS_LIMIT=45
 #   TOTAL_LIMIT=480 PACK_RESERVE=15 KILL_GRACE=10  (seconds; 480 s leaves a 15-minute device window room for a
 #   machine start and one rerun that resumes what was cut)
 #   KEEP_DIR: also copy the archive there (a folder outside $OUT, which the device empties before each command,
@@ -132,7 +133,7 @@ int_env TESTS_LIMIT 45
 int_env PROFILE_LIMIT 80
 int_env PAIRS_LIMIT 120
 int_env PHYSICAL_LIMIT 130
-int_env MPS_SPLIT_LIMIT 60
+int_env MPS_SPLIT_LIMIT 75
 int_env COMMAND_LIMIT 60
 int_env TOTAL_LIMIT 480
 int_env PACK_RESERVE 15
@@ -506,14 +507,36 @@ if selected physical; then
   fi
 fi
 
-# ---- the split stage of the slowdown contract (issue 48): a placeholder until that stage exists --------------
+# ---- the split stage of the slowdown contract (issue 48): pairs under the sharing knob at a few splits ---------
+# On a GPU: MPS, each client's active thread percentage (a new pair of workers per split: MPS reads it at start; the
+# solos run on the warm workers without it). On the CPU (the dry run): the cgroup CPU quota on the warm workers.
+# SPLIT_WORKLOADS (default: the first two of WORKLOADS, their pairs and self-pairs) at SPLITS (default 30:70,
+# 50:50, 70:30 on a GPU, 70:30 on the CPU), into the main dataset: each split is its own row (split_a).
 if selected mps-split; then
+  split_mode=mps
+  [[ $DEVICE == cpu ]] && split_mode=cpu
   if [[ -n $ABORT ]]; then
     skip_stage mps-split 0 "$ABORT"
-  elif [[ -z ${MPS_SPLIT_CMD:-} ]]; then
-    skip_stage mps-split "$MPS_SPLIT_LIMIT" "not in the code yet (issue 48); MPS_SPLIT_CMD runs a command here"
+  elif [[ $split_mode == mps ]] && ! command -v nvidia-cuda-mps-control >/dev/null; then
+    skip_stage mps-split "$MPS_SPLIT_LIMIT" "nvidia-cuda-mps-control not on PATH (NVIDIA MPS not installed)"
+  elif [[ $split_mode == cpu ]] && ! "$PY" -c "from sharewise.profiler.knob import knob_for; knob_for('cpu').check()" \
+      >>"$LOGS/mps-split.log" 2>&1; then
+    skip_stage mps-split "$MPS_SPLIT_LIMIT" "no writable cgroup CPU controller here (see logs/mps-split.log)"
   else
-    run_stage mps-split "$MPS_SPLIT_LIMIT" bash -c "$MPS_SPLIT_CMD"
+    read -r -a SPLIT_WL <<<"${SPLIT_WORKLOADS:-${WL[0]} ${WL[1]:-${WL[0]}}}"
+    split_csv=$(IFS=,; echo "${SPLIT_WL[*]}")
+    default_splits=30:70,50:50,70:30
+    [[ $split_mode == cpu ]] && default_splits=70:30
+    split_args=()
+    for s in ${SPLITS:-$default_splits}; do split_args+=(--split "$s"); done
+    hard=$(stage_limit "$MPS_SPLIT_LIMIT")
+    ((own = hard > STAGE_MARGIN ? hard - STAGE_MARGIN : 1))
+    probe=()
+    [[ $split_mode == mps && $MPS_PROBE == 0 ]] && probe=(--no-probe)
+    run_stage mps-split "$MPS_SPLIT_LIMIT" "${SW[@]}" pairs -w "$split_csv" --device "$DEVICE" --mode "$split_mode" \
+      --size "$SIZE" --out "$DS" --isolation "$ISOLATION" --window "$WINDOW" --min-steps "$MIN_STEPS" \
+      --repeats "$REPEATS" --max-repeats "$MAX_REPEATS" --ci-target "$CI_TARGET" --idle-wait "$IDLE_WAIT" \
+      --timeout "$RUN_TIMEOUT" --time-budget "$own" "${split_args[@]}" "${probe[@]}"
   fi
 fi
 

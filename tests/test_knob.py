@@ -109,3 +109,29 @@ def test_the_kernel_throttles_a_busy_process_to_its_quota_and_lets_it_go():
         knob.close()
     leftovers = [p for p in os.listdir(knob.controller()[1]) if p == f"sharewise-{os.getpid()}"]
     assert leftovers == []  # the knob removed what it created
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(_writable_cpu_controller() is not None, reason=f"no writable cgroup CPU controller: "
+                    f"{_writable_cpu_controller()}")
+def test_profile_and_pairs_measure_under_the_knob_each_split_its_own_row(tmp_path):
+    from conftest import run_cli
+
+    from sharewise.datasets import read_datasets
+
+    out = tmp_path / "d"
+    common = ["--size", "tiny", "--device", "cpu", "--mode", "cpu", "--out", out, "--window", "0.2", "--repeats",
+              "2", "--no-probe", "--idle-wait", "0"]
+    assert run_cli(["profile", "ncf", *common, "--shares", "25,75"]) == 0
+    profiles, _ = read_datasets([str(out)], pairs=False)
+    curve = profiles.iloc[0][["f_share_25", "f_share_75"]].to_numpy(dtype=float)
+    assert ((curve > 0) & (curve < 1.5)).all() and "f_share_50" not in profiles or profiles["f_share_50"].isna().all()
+    pairs_args = ["pairs", "-w", "ncf", *common, "--max-repeats", "2"]
+    assert run_cli([*pairs_args, "--split", "70:30"]) == 0
+    assert run_cli([*pairs_args]) == 0  # without a knob: another row, not a resume of the split's
+    assert run_cli([*pairs_args, "--split", "70:30"]) == 0  # resumed: nothing measured again
+    _, pairs = read_datasets([str(out)])
+    assert sorted(pairs["split_a"].fillna(-1).tolist()) == [-1.0, 70.0] and (pairs["status"] == "ok").all()
+    # A split on a mode without a knob is one clear error before anything runs.
+    assert run_cli(["pairs", "-w", "ncf", "--size", "tiny", "--device", "cpu", "--mode", "cpu-partition", "--out",
+                    out, "--split", "70:30"]) == 2

@@ -3,7 +3,8 @@
 A warm worker (``worker.py``) steps when the driver asks; a user's command steps on its own, reporting each
 step through the hook in its interpreter (``stephook``) to a progress file. ``CommandWorker`` gives such a
 job the driver-side interface of ``session.Worker`` (``send``/``recv`` of the same messages, ``info``,
-``pid``, ``close``...), so profiles, the probe, pairs, warm pools and campaigns measure it unchanged:
+``pid``, ``close``...; what the two share is ``session.WorkerBase``), so profiles, the probe, pairs, warm
+pools and campaigns measure it unchanged:
 
 - **start**: launch the command (``commands.launch``: pinned to the placement's cores, the device sharewise
   chose as its only visible GPU, a warm worker's thread settings), wait for its first step (within
@@ -49,7 +50,7 @@ from sharewise.profiler.hostload import process_tree_cpu_seconds
 from sharewise.profiler.job_process import cuda_visible, drain_seconds, job_memory_bytes, output_tail
 from sharewise.profiler.modes import CoreAssignment
 from sharewise.profiler.progress import ProgressReader
-from sharewise.profiler.session import WorkerFailed, WorkerProcess
+from sharewise.profiler.session import WorkerBase, WorkerFailed, WorkerProcess
 from sharewise.profiler.taxonomy import CATEGORIES
 from sharewise.profiler.worker import step_time_settled, summarize_window
 
@@ -87,30 +88,17 @@ class _Closed(Exception):
     """The driver closed the worker: the monitor thread ends quietly."""
 
 
-class CommandWorker:
-    """A command job as a ``session.WorkerProcess``, as ``session.Worker`` is one (see the module docstring).
+class CommandWorker(WorkerBase):
+    """A command job as a ``session.WorkerProcess``, the other kind of ``session.WorkerBase`` beside ``Worker``
+    (see the module docstring).
 
     Parameters are those of ``Worker``: the spec (a command spec), the run's config, the placement
     (cores and threads), the sharing mode's environment and the start's deadline (``time.monotonic()``).
     """
 
-    def __init__(
-        self,
-        spec: str,
-        config: RunConfig,
-        assignment: CoreAssignment,
-        extra_env: dict[str, str] | None = None,
-        deadline: float | None = None,
-    ) -> None:
-        self.spec = spec
-        self.command: CommandSpec = parse_command(spec)
+    def _launch(self, config: RunConfig, extra_env: dict[str, str] | None) -> None:
+        self.command: CommandSpec = parse_command(self.spec)
         self.config = config
-        self.assignment = assignment
-        self.cores = assignment.cores
-        self.deadline = deadline
-        self.last_used = time.monotonic()
-        self.info: dict = {}
-        self.ready = False
         self._dir = tempfile.mkdtemp(prefix=f"sharewise-{self.command.name}-")
         self.progress_path = os.path.join(self._dir, "progress")
         self.features_path = os.path.join(self._dir, "hook.json")
@@ -121,7 +109,6 @@ class CommandWorker:
         self._closed = threading.Event()
         self.reader = ProgressReader(self.progress_path)
         self._step_s = math.nan  # the job's latest median step time: how long a pause waits for its queue
-        self.proc = None
         self._start_error = ""
         try:
             self._check_batch_size()
@@ -130,8 +117,8 @@ class CommandWorker:
                 self.command,
                 progress_path=self.progress_path,
                 features_path=self.features_path,
-                cores=assignment.cores,
-                threads=assignment.threads,
+                cores=self.assignment.cores,
+                threads=self.assignment.threads,
                 # On the CPU the job must not find a GPU either: the device is sharewise's choice.
                 cuda_devices=cuda_visible(cuda_index(config.device)) if kind == "cuda" else "",
                 extra_env=extra_env,
@@ -154,16 +141,12 @@ class CommandWorker:
 
     # -- the Worker interface ---------------------------------------------------------------------------
     @property
-    def pid(self) -> int:
-        return self.proc.pid if self.proc is not None else -1
+    def _name(self) -> str:
+        return self.command.name
 
     @property
     def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None and not self._closed.is_set()
-
-    @property
-    def mem_bytes(self) -> float:
-        return float(self.info.get("mem_bytes", 0.0))
+        return super().alive and not self._closed.is_set()
 
     def send(self, **msg) -> None:
         if msg.get("cmd") == "stop":
@@ -171,34 +154,19 @@ class CommandWorker:
         else:
             self._commands.put(msg)
 
-    def recv(self, expect: str, timeout: float) -> dict:
-        """Wait for the job's next answer; raise ``WorkerFailed`` on its failure or on a timeout."""
-        began = time.monotonic()
-        limit = began + timeout
-        if self.deadline is not None:
-            limit = min(limit, self.deadline)
+    def _next_message(self, limit: float) -> dict | None:
         while True:
             remaining = limit - time.monotonic()
             if remaining <= 0:
-                raise WorkerFailed("timeout", self._timeout_message(expect, limit < began + timeout, timeout),
-                                   self.spec)
+                return None
             try:
-                msg = self._events.get(timeout=min(remaining, 0.5))
+                return self._events.get(timeout=min(remaining, 0.5))
             except queue.Empty:
                 if not self._thread.is_alive() and self._events.empty():
                     raise WorkerFailed("failed", f"{self.command.name}: the job's monitor ended", self.spec) from None
-                continue
-            if msg.get("event") == "stopped" and expect != "stopped":
-                continue  # the late answer to a "stop" sent while a run was being abandoned
-            if msg.get("event") == "error":
-                raise WorkerFailed(msg["status"], msg["error"], self.spec)
-            if msg.get("event") != expect:
-                raise WorkerFailed("failed", f"{self.command.name}: expected {expect!r}, got {msg}", self.spec)
-            if expect == "ready":
-                self.ready = True
-                self.info = msg
-            self.last_used = time.monotonic()
-            return msg
+
+    def _error_message(self, msg: dict) -> str:
+        return msg["error"]  # the monitor names the job itself
 
     def request_exit(self) -> None:
         self.kill()
@@ -211,15 +179,7 @@ class CommandWorker:
     def kill(self) -> None:
         self._closed.set()
         self._commands.put({"cmd": "exit"})
-        if self.proc is not None and self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            try:
-                self.proc.wait(timeout=10)
-            except Exception:  # noqa: BLE001 - a zombie the kernel has not reaped yet: nothing more to do
-                pass
+        self._kill_group()
 
     # -- the monitor thread ----------------------------------------------------------------------------
     def _run(self) -> None:
@@ -448,8 +408,7 @@ class CommandWorker:
     def _timeout_message(self, expect: str, run_limit: bool, timeout: float) -> str:
         if expect == "ready" and self.reader.steps == 0:
             return self._no_step_message("start")
-        limit = "before the run's timeout" if run_limit else f"within {timeout:.0f} s"
-        return f"{self.command.name}: no {expect!r} {limit} (after {self.reader.steps} steps){self._tail()}"
+        return f"{super()._timeout_message(expect, run_limit, timeout)} (after {self.reader.steps} steps){self._tail()}"
 
     def _pause(self) -> None:
         self._signal(signal.SIGSTOP)

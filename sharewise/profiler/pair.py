@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import socket
 import time
 from dataclasses import dataclass
 
 import numpy as np
 
-from sharewise.datasets.store import utc_now
+from sharewise.datasets.pair_row import pair_row
 from sharewise.profiler.config import RunConfig, device_kind
 from sharewise.profiler.hostload import wait_until_idle
 from sharewise.profiler.modes import CoreAssignment, placements
@@ -138,42 +137,14 @@ def judge_precision(ci_a: float, ci_b: float, target: float) -> str:
 
 
 def empty_row(task: PairTask, config: RunConfig, device_name: str, status: str, error: str) -> dict:
-    nan = math.nan
-    return {
-        "workload_a": task.name_a,
-        "workload_b": task.name_b,
-        "device_kind": device_kind(config.device),
-        "device_name": device_name,
-        "mode": config.mode,
-        "size": config.size,
-        "isolation": config.isolation,
-        "solo_a": nan,
-        "solo_b": nan,
-        "coloc_a": nan,
-        "coloc_b": nan,
-        "slowdown_a": nan,
-        "slowdown_b": nan,
-        "trials": 0,
-        "cv_a": nan,
-        "cv_b": nan,
-        "ci_a": nan,
-        "ci_b": nan,
-        "status": status,
-        "error": error,
-        "created_at": utc_now(),
-        "host": socket.gethostname(),
-        "other_cpu_frac": nan,
-        "window_s": nan,
-        "steps_a": 0,
-        "steps_b": 0,
-        "batch_size_a": config.batch_size or 0,
-        "batch_size_b": config.batch_size or 0,
-        "pair_s": nan,
-        # The sharing knob's split (job a's percent of the device), NaN without one (``profiler.knob``).
-        "split_a": nan if config.split is None else float(round(config.split * 100)),
-        "ci_target": config.ci_target,
-        "precision": "",
-    }
+    """The pairs-table row of ``task`` under ``config`` with nothing measured yet (``datasets.pair_row``): a failed
+    run's row as it is, an ``ok`` one's before its measured numbers go in."""
+    return pair_row(task.name_a, task.name_b, device_kind=device_kind(config.device), device_name=device_name,
+                    mode=config.mode, size=config.size, isolation=config.isolation, status=status, error=error,
+                    batch_size=config.batch_size or 0,
+                    # The sharing knob's split (job a's percent of the device), NaN without one (``profiler.knob``).
+                    split_a=math.nan if config.split is None else float(round(config.split * 100)),
+                    ci_target=config.ci_target, precision="")
 
 
 def pair_placements(pool: WorkerPool, task: PairTask, places: list[CoreAssignment]) -> list[CoreAssignment]:

@@ -56,8 +56,8 @@ class Window:
 
 class WorkerProcess(Protocol):
     """The driver's side of a job's process: a built-in or file workload's (``Worker``, stepping on command) or a
-    training command's (``blackbox.CommandWorker``, stepping on its own, paused and resumed from outside). Pools,
-    profiles, the probe, pairs and campaigns use only this.
+    training command's (``blackbox.CommandWorker``, stepping on its own, paused and resumed from outside), both
+    kinds of ``WorkerBase``. Pools, profiles, the probe, pairs and campaigns use only this.
 
     Life cycle: made by ``blackbox.start_worker`` (launched; ``deadline`` bounds its start) -> ``recv("ready")``
     sets ``info`` and ``ready`` -> ``send`` a command and ``recv`` its answer (``measure`` -> ``measured``,
@@ -93,9 +93,16 @@ class WorkerProcess(Protocol):
     def kill(self) -> None: ...
 
 
-class Worker:
-    """One workload in its own fresh process (its own session, so the whole tree can be killed); a
-    ``WorkerProcess``."""
+class WorkerBase:
+    """What every ``WorkerProcess`` shares: its bookkeeping, the waits of ``recv`` and the checks of each answer,
+    ``mem_bytes``, ``pid`` and killing its process group. ``Worker`` and ``blackbox.CommandWorker`` are its two
+    kinds; they differ in how a job starts, how a command reaches it and how an answer comes back.
+
+    Construction sets the bookkeeping of the protocol (``spec``, ``assignment``, ``cores``, ``deadline``,
+    ``last_used``, ``info``, ``ready``) and calls ``_launch(config, extra_env)``, which starts the job and sets
+    ``proc`` (its ``subprocess.Popen``, in a session of its own; None where it could not start). A kind gives
+    ``_launch``, ``_next_message`` (the job's next answer), ``send``, ``request_exit``, ``close`` and ``kill``.
+    """
 
     def __init__(
         self,
@@ -106,11 +113,97 @@ class Worker:
         deadline: float | None = None,
     ) -> None:
         self.spec = spec
-        self.deadline = deadline
         self.assignment = assignment
+        self.cores = assignment.cores
+        self.deadline = deadline  # ``time.monotonic()`` by which the start (or the current run) must answer
         self.last_used = time.monotonic()
+        self.info: dict = {}
+        self.ready = False  # said "ready": it reads commands now, so it can be asked to exit
+        self.proc: subprocess.Popen | None = None
+        self._launch(config, extra_env)
+
+    def _launch(self, config: RunConfig, extra_env: dict[str, str] | None) -> None:  # pragma: no cover - contract
+        raise NotImplementedError(f"{type(self).__name__} must implement _launch(config, extra_env)")
+
+    def _next_message(self, limit: float) -> dict | None:  # pragma: no cover - contract
+        """The job's next answer, None once ``limit`` (``time.monotonic()``) has passed; raises ``WorkerFailed``
+        when the job died."""
+        raise NotImplementedError(f"{type(self).__name__} must implement _next_message(limit)")
+
+    @property
+    def _name(self) -> str:
+        """How the job's failures name it."""
+        return self.spec
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid if self.proc is not None else -1
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    @property
+    def mem_bytes(self) -> float:
+        """Device memory the worker holds while idle (its ready report; 0.0 before it is ready)."""
+        return float(self.info.get("mem_bytes", 0.0))
+
+    def recv(self, expect: str, timeout: float) -> dict:
+        """Wait for the next message; raise ``WorkerFailed`` on error, death or timeout.
+
+        The wait ends at ``timeout`` seconds from now or at ``deadline``, whichever comes first.
+        """
+        began = time.monotonic()
+        limit = began + timeout
+        if self.deadline is not None:
+            limit = min(limit, self.deadline)
+        while True:
+            msg = self._next_message(limit)
+            if msg is None:
+                raise WorkerFailed("timeout", self._timeout_message(expect, limit < began + timeout, timeout),
+                                   self.spec)
+            if msg.get("event") == "stopped" and expect != "stopped":
+                continue  # the late answer to a "stop" sent while a run was being abandoned: nothing waits for it
+            if msg.get("event") == "error":
+                raise WorkerFailed(msg.get("status", "failed"), self._error_message(msg), self.spec)
+            if msg.get("event") != expect:
+                raise WorkerFailed("failed", f"{self._name}: expected {expect!r}, got {msg}", self.spec)
+            if expect == "ready":
+                self.ready = True
+                self.info = msg
+            self.last_used = time.monotonic()
+            return msg
+
+    def _timeout_message(self, expect: str, run_limit: bool, timeout: float) -> str:
+        # Name the limit that ran out: the whole run's deadline often cuts this wait short.
+        limit = "before the run's timeout" if run_limit else f"within {timeout:.0f} s"
+        return f"{self._name}: no {expect!r} {limit}"
+
+    def _error_message(self, msg: dict) -> str:
+        """The failure an ``error`` answer reports."""
+        return f"{self._name}: {msg.get('error')}"
+
+    def _kill_group(self) -> None:
+        """SIGKILL the job's process group (its own session: the whole tree) and reap it, if it still runs."""
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:  # a zombie the kernel has not reaped yet: nothing more to do
+                pass
+
+
+class Worker(WorkerBase):
+    """One workload in its own fresh process (its own session, so the whole tree can be killed), stepping on the
+    driver's commands (``profiler.worker``); a ``WorkerProcess``."""
+
+    def _launch(self, config: RunConfig, extra_env: dict[str, str] | None) -> None:
+        assignment = self.assignment
         payload = {
-            "spec": spec,
+            "spec": self.spec,
             "device": config.device,
             "size": config.size,
             "batch_size": config.batch_size,
@@ -120,7 +213,6 @@ class Worker:
             "warmup_max_s": config.warmup_max_s,
             "tolerance": SETTLE_TOLERANCE,
         }
-        self.cores = assignment.cores
         env = worker_env(assignment)
         if extra_env:
             env.update(extra_env)
@@ -136,12 +228,6 @@ class Worker:
             bufsize=1,
         )
         self._buf = ""
-        self.info: dict = {}
-        self.ready = False  # said "ready": it reads commands now, so it can be asked to exit
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
 
     def send(self, **msg) -> None:
         try:
@@ -152,20 +238,12 @@ class Worker:
                 "failed", f"{self.spec}: worker exited unexpectedly{self._stderr_tail()}", self.spec
             ) from None
 
-    def recv(self, expect: str, timeout: float) -> dict:
-        """Wait for the next message; raise ``WorkerFailed`` on error, death or timeout."""
-        began = time.monotonic()
-        limit = began + timeout
-        if self.deadline is not None:
-            limit = min(limit, self.deadline)
+    def _next_message(self, limit: float) -> dict | None:
         fd = self.proc.stdout.fileno()
         while "\n" not in self._buf:
             remaining = limit - time.monotonic()
             if remaining <= 0:
-                # Name the limit that ran out: the whole run's deadline often cuts this wait short.
-                if limit < began + timeout:
-                    raise WorkerFailed("timeout", f"{self.spec}: no {expect!r} before the run's timeout", self.spec)
-                raise WorkerFailed("timeout", f"{self.spec}: no {expect!r} within {timeout:.0f} s", self.spec)
+                return None
             ready, _, _ = select.select([fd], [], [], min(remaining, 1.0))
             if ready:
                 chunk = os.read(fd, 65536).decode(errors="replace")
@@ -181,28 +259,7 @@ class Worker:
                     )
                 self._buf += chunk
         line, self._buf = self._buf.split("\n", 1)
-        msg = json.loads(line)
-        if msg.get("event") == "stopped" and expect != "stopped":
-            # The late answer to a "stop" sent while a run was being abandoned: nothing waits for it.
-            return self.recv(expect, max(0.0, limit - time.monotonic()))
-        if msg.get("event") == "error":
-            raise WorkerFailed(msg.get("status", "failed"), f"{self.spec}: {msg.get('error')}", self.spec)
-        if msg.get("event") != expect:
-            raise WorkerFailed("failed", f"{self.spec}: expected {expect!r}, got {msg}", self.spec)
-        if expect == "ready":
-            self.ready = True
-            self.info = msg
-        self.last_used = time.monotonic()
-        return msg
-
-    @property
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    @property
-    def mem_bytes(self) -> float:
-        """Device memory the worker holds while idle (its ready report; 0.0 before it is ready)."""
-        return float(self.info.get("mem_bytes", 0.0))
+        return json.loads(line)
 
     def _stderr_tail(self) -> str:
         try:
@@ -238,15 +295,7 @@ class Worker:
         self._stderr.close()
 
     def kill(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
+        self._kill_group()
         for stream in (self.proc.stdin, self.proc.stdout):
             try:
                 stream.close()

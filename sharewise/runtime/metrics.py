@@ -3,8 +3,9 @@
 The run serves, while its jobs run, what its scheduling loop and its real world know (``prometheus_client``,
 a registry of its own, never the global one): per job its step rate over the last ``WINDOW_S`` seconds, its
 solo rate, the slowdown that makes (observed), the slowdown the policy's table predicts next to its current
-partner (p50, p90), its steps and length, its slot and state; per slot its jobs; per policy run its decisions
-(policy calls), preemptions and failures. ``METRICS`` names every family and says what it holds; the docs
+partner (p50, p90), its steps and length, its slot and state, its bound under the slowdown contract and its share
+of its slot while it runs at a split; per slot its jobs; per policy run its decisions (policy calls), preemptions
+and failures. ``METRICS`` names every family and says what it holds; the docs
 (``docs/guides/live-metrics.md``) and the Grafana dashboard (``docs/assets/grafana/sharewise-run.json``) read
 the same names.
 
@@ -36,6 +37,10 @@ METRICS: dict[str, tuple[str, str]] = {
         "gauge", "Median slowdown the policies' table predicts next to the current partner (1: alone)"),
     "sharewise_run_job_predicted_slowdown_p90": (
         "gauge", "90th-percentile slowdown the policies' table predicts next to the current partner (1: alone)"),
+    "sharewise_run_job_bound": (
+        "gauge", "The slowdown the job was promised under the contract (its bound; protected: 1.25)"),
+    "sharewise_run_job_share_percent": (
+        "gauge", "The job's share of its slot under the sharing knob while it runs at its pair's split (percent)"),
     "sharewise_run_job_steps": ("gauge", "Steps the job has done"),
     "sharewise_run_job_length_steps": ("gauge", "The job's length in steps as the policies see it"),
     "sharewise_run_job_length_known": ("gauge", "1 where the job's length is its real one, 0 for an estimate"),
@@ -63,7 +68,7 @@ class JobView:
     """One job as a scrape shows it (NaN: not known now, left out). Example: ``JobView(job="a", workload=
     "cnn", slot="0", state="running", partner="b", steps_per_s=41.2, solo_steps_per_s=60.3,
     observed_slowdown=1.46, predicted_p50=1.38, predicted_p90=1.61, steps=120, length_steps=500.0,
-    length_known=True)``."""
+    length_known=True, bound=1.25, share=70.0)``."""
 
     job: str
     workload: str
@@ -78,6 +83,8 @@ class JobView:
     steps: int = 0
     length_steps: float = math.nan
     length_known: bool = True
+    bound: float = math.nan  # its bound (NaN: none)
+    share: float = math.nan  # its share of its slot in percent while it runs at a split (NaN: unlimited)
 
 
 @dataclass(frozen=True)
@@ -166,6 +173,8 @@ def _add_view(families: dict, view: PolicyView) -> None:
             ("sharewise_run_job_steps_per_second", job.steps_per_s),
             ("sharewise_run_job_solo_steps_per_second", job.solo_steps_per_s),
             ("sharewise_run_job_observed_slowdown", job.observed_slowdown),
+            ("sharewise_run_job_bound", job.bound),
+            ("sharewise_run_job_share_percent", job.share),
             ("sharewise_run_job_steps", float(job.steps)),
             ("sharewise_run_job_length_steps", job.length_steps),
             ("sharewise_run_job_length_known", float(job.length_known)),
@@ -202,8 +211,9 @@ def policy_view(policy: str, loop, world, now: float) -> PolicyView:
         gpus = list(view.gpus[j])
         partners = sorted({int(o) for g in gpus for o in view.resident[g] if o >= 0 and o != j})
         state = _state(status, rec)
-        rate = solo = observed = p50 = p90 = math.nan
+        rate = solo = observed = p50 = p90 = share = math.nan
         if status == RUNNING:
+            share = rec.share * 100
             seg = rec.segment
             if seg is not None:
                 rate, _, _ = seg.rate(since=max(seg.begin, now - WINDOW_S))
@@ -220,6 +230,7 @@ def policy_view(policy: str, loop, world, now: float) -> PolicyView:
             state=state, partner=",".join(world.jobs[o].spec.job_id for o in partners), steps_per_s=rate,
             solo_steps_per_s=solo, observed_slowdown=observed, predicted_p50=p50, predicted_p90=p90,
             steps=int(rec.steps), length_steps=float(rec.length.steps), length_known=bool(rec.length.known),
+            bound=rec.bound if math.isfinite(rec.bound) else math.nan, share=share,
         ))
     return PolicyView(policy=policy, clock_s=float(now), jobs=tuple(jobs),
                       slot_jobs=tuple(int(x) for x in view.occupancy), decisions=int(loop.calls),

@@ -83,6 +83,10 @@ def run_trace(
     on_pair=None,
     progress: Callable | None = None,
     metrics: RunExporter | None = None,
+    kinds: list[str] | None = None,
+    bounds: list[float] | None = None,
+    split: np.ndarray | None = None,
+    knob=None,
 ) -> PhysicalRun:
     """Run ``trace``'s jobs for real on ``layout``'s slots under ``policy``; resume ``folder/state.json`` if a stop
     left one.
@@ -114,6 +118,9 @@ def run_trace(
         Called ``progress("event", policy=..., done=..., total=..., running=..., now=...)`` after every event.
     metrics
         A ``runtime.metrics.RunExporter`` fed after every event.
+    kinds, bounds, split, knob
+        The slowdown contract (``RealWorld``'s): each job's type in ``table`` (default: its workload) and bound,
+        each pair of types' split, and the knob that enforces it (None: no split).
 
     Returns
     -------
@@ -137,11 +144,13 @@ def run_trace(
             progress("event", policy=name, done=int(np.isin(loop.jobs.status, (DONE, FAILED)).sum()),
                      total=len(specs), running=len(world.live), now=loop.last)
 
+    kinds = kinds or [s.name for s in specs]
     world = RealWorld(specs, step_s, startup_s, layout, folder, sitting, on_pair=on_pair, launcher=launcher,
-                      extra_env=env, poll_s=poll_s, on_event=save, lengths=[replace(n) for n in lengths])
+                      extra_env=env, poll_s=poll_s, on_event=save, lengths=[replace(n) for n in lengths], kinds=kinds,
+                      bounds=bounds, split=split, knob=knob)
     loop = SchedulingLoop(
         arrival=np.asarray(trace.arrival, dtype=float), work=np.array([world.work(j) for j in range(len(specs))]),
-        gpus=np.asarray(trace.gpus, dtype=np.int64), workload=table.ids([s.name for s in specs]), line=trace.line,
+        gpus=np.asarray(trace.gpus, dtype=np.int64), workload=table.ids(kinds), line=trace.line,
         policy=policy, table=table, world=world, cluster=Cluster(n_gpus=layout.n_slots, gpus_per_node=layout.n_slots),
         slo=slo, name=name, observe=observe, round_s=round_s, job_id=trace.job_id,
     )

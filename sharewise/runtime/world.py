@@ -40,6 +40,15 @@ Semantics where reality forces a choice (the loop's own are in ``sharewise.engin
   own solo segments in this run where they span ``min_s``, else that of its workload in this sitting
   (calibration and other jobs' solo segments). A job sharing with jobs of several workloads at once (a
   multi-slot job) is not measured in that segment.
+- **Split.** Under the slowdown contract (``planner.contract``) a pair of job types shares a slot at the split
+  chosen for it (``split``, over the table's types). Whenever a job's situation changes (``rate_changed``), a job
+  that holds one slot alone with exactly one partner, also on one slot, runs under its share of the pair's split:
+  a live knob (a CPU quota, ``profiler.knob.CpuQuota``) is set on its process then, and lifted the moment it no
+  longer has that one partner (its partner left, it was paused, moved or ended); a knob read at start (MPS's
+  thread percentage) is set in the environment of a job that starts next to its partner, and a running process
+  keeps what it started with. Each change is an event of the job (``split`` with its share and partner,
+  ``release``). A job's *kind* is its type in the tables (its workload, with its bound where it has one): pairs
+  are pooled, measured and learned by kind, since a kind pair runs at one split.
 """
 
 from __future__ import annotations
@@ -97,6 +106,14 @@ class Pairing:
     closed: set[int] = field(default_factory=set)  # jobs whose segment ended
     early: bool = False  # its first measurement went to the policies
     checked: float = -math.inf  # when the confidence rule last judged it while open
+    shares: dict[int, float] = field(default_factory=dict)  # each job's share under the knob in it (NaN: none)
+
+    def split_a(self) -> float:
+        """Job ``a``'s percent of the split the pairing ran at (NaN where it ran without one)."""
+        share_a, share_b = self.shares.get(self.a, math.nan), self.shares.get(self.b, math.nan)
+        if math.isfinite(share_a) and math.isfinite(share_b) and abs(share_a + share_b - 1.0) < 1e-6:
+            return float(round(share_a * 100))
+        return math.nan
 
     def stepping_since(self) -> float:
         """When both jobs had reported a step in the pairing (inf before)."""
@@ -126,6 +143,9 @@ class JobRecord:
     spawned_at: float = math.nan  # while the job has not reported a step since its process started
     spawn_alone: bool = True  # its process started on slots no other job held
     exit: dict | None = None
+    kind: str = ""  # its type in the tables (``planner.contract.type_label``): its workload, and its bound if any
+    bound: float = math.inf  # the slowdown it was promised (inf: none)
+    share: float = math.nan  # its share of its slot under the knob while it runs at a split (NaN: unlimited)
 
 
 class RealWorld:
@@ -154,6 +174,12 @@ class RealWorld:
         machine; ``ray_jobs`` gives one that runs in a Ray actor).
     lengths
         Per job, its ``Length`` (default: ``spec.steps``, as the trace gave it).
+    kinds, bounds
+        Per job, its type in the tables (default: its workload) and its bound (default: none).
+    split, knob
+        The contract's split of each pair of types (``planner.contract.TypedTables.split``: the row type's percent,
+        NaN for none; indexed by the loop's workload ids) and the sharing mode's knob that enforces it
+        (``profiler.knob.ShareKnob``); None: no job runs under a split.
     """
 
     def __init__(
@@ -172,10 +198,18 @@ class RealWorld:
         min_s: float = MIN_S,
         on_event=None,
         lengths: list[Length] | None = None,
+        kinds: list[str] | None = None,
+        bounds: list[float] | None = None,
+        split: np.ndarray | None = None,
+        knob=None,
     ) -> None:
         lengths = lengths or [Length(float(spec.steps), True, "the trace") for spec in specs]
-        self.jobs = [JobRecord(spec, float(s), float(u), n)
-                     for spec, s, u, n in zip(specs, step_s, startup_s, lengths, strict=True)]
+        kinds = kinds or [spec.name for spec in specs]
+        bounds = bounds or [math.inf] * len(specs)
+        self.jobs = [JobRecord(spec, float(s), float(u), n, kind=k, bound=float(b))
+                     for spec, s, u, n, k, b in zip(specs, step_s, startup_s, lengths, kinds, bounds, strict=True)]
+        self.split = split if split is not None and knob is not None and np.isfinite(split).any() else None
+        self.knob = knob
         for j, rec in enumerate(self.jobs):
             rec.told = rec.work_told = self.work(j)
         self.layout = layout
@@ -300,14 +334,17 @@ class RealWorld:
             return 0.0
         kind = "start"
         if rec.proc is not None:  # paused elsewhere: it moves, restarting from its step count
+            self._release(j, now)
             rec.proc.kill()
             self.live.discard(j)
             kind = "move"
         elif restart:
             kind = "restart"  # a resumed run: the process was lost with the interruption
         rec.slots = list(gpus)
+        rec.share = math.nan
+        env = self._start_environment(j, now)  # a knob read at start: its share in the new process's environment
         rec.proc = self.launcher(rec.spec, rec.slots, rec.steps, self.dir / f"{_safe(rec.spec.job_id)}.progress",
-                                 self.dir / f"{_safe(rec.spec.job_id)}.log")
+                                 self.dir / f"{_safe(rec.spec.job_id)}.log", **({"env": env} if env else {}))
         rec.spawned_at = now
         rec.spawn_alone = all(self.loop_jobs.occupancy[g] == 1 for g in gpus)
         self.live.add(j)
@@ -322,6 +359,7 @@ class RealWorld:
         self._poll_job(j, now)
         rec.proc.pause()
         self._close(j, now)
+        self._release(j, now)
         rec.events.append({"t": round(now, 3), "event": "pause", "step": rec.steps})
 
     def rate_changed(self, j: int, now: float) -> None:
@@ -330,6 +368,7 @@ class RealWorld:
         jobs = self.loop_jobs
         partners = frozenset(int(o) for g in jobs.gpus[j] for o in jobs.resident[g] if o >= 0 and o != j)
         seg = self.jobs[j].segment = Segment(now, partners)
+        self._set_share(j, now)
         if len(partners) != 1:
             return
         key = partners | {j}
@@ -337,6 +376,7 @@ class RealWorld:
         if pairing is None or j in pairing.segments:  # none open, or j's side of it already ended
             pairing = self.pairings[key] = Pairing(min(key), max(key), now)
         pairing.segments[j] = seg
+        pairing.shares[j] = self.jobs[j].share
         seg.pairing = pairing
 
     def observations(self) -> list[Observation]:
@@ -377,6 +417,7 @@ class RealWorld:
                 self.live.discard(j)
                 rec.proc.kill()  # nothing left to kill; a Ray actor gives its slot back
                 self._close(j, now)
+                self._release(j, now)
                 rec.exit = {"status": ended.status, "code": ended.code, "message": ended.message,
                             "last_step_t": _round(rec.last_step_t)}
                 if ended.status == DONE_STATUS and rec.length.ended(rec.steps, now):
@@ -461,12 +502,12 @@ class RealWorld:
             pairing.checked = now
             (r_a, _, _), (r_b, _, _) = got[0]
             new_a, new_b = self._window_slowdowns(pairing, got[1])
-            old_a, old_b = self.sitting.windows(self.jobs[pairing.a].spec.name, self.jobs[pairing.b].spec.name)
+            old_a, old_b = self.sitting.windows(self.jobs[pairing.a].kind, self.jobs[pairing.b].kind)
             if judge(old_a + new_a, old_b + new_b):
                 continue
             pairing.early = True
             s_a, s_b = self.solo_rate(pairing.a) / r_a, self.solo_rate(pairing.b) / r_b
-            if self.jobs[pairing.a].spec.name == self.jobs[pairing.b].spec.name:
+            if self.jobs[pairing.a].kind == self.jobs[pairing.b].kind:
                 s_a = s_b = (s_a + s_b) / 2
             self._news.append(Observation(pairing.a, pairing.b, s_a, s_b))
 
@@ -478,10 +519,11 @@ class RealWorld:
         (r_a, steps_a, span), (r_b, steps_b, _) = got[0]
         ja, jb = self.jobs[pairing.a], self.jobs[pairing.b]
         solo_a, solo_b = self.solo_rate(pairing.a), self.solo_rate(pairing.b)
-        self.sitting.pairs[(ja.spec.name, jb.spec.name)].append((solo_a / r_a, solo_b / r_b, span))
-        self.sitting.add_windows(ja.spec.name, jb.spec.name, *self._window_slowdowns(pairing, got[1]))
-        s_a, s_b, seconds, n = self.sitting.pair(ja.spec.name, jb.spec.name)
-        win_a, win_b = self.sitting.windows(ja.spec.name, jb.spec.name)
+        # Pooled by kind: a pair of kinds runs at one split, so its pairings measure one thing.
+        self.sitting.pairs[(ja.kind, jb.kind)].append((solo_a / r_a, solo_b / r_b, span))
+        self.sitting.add_windows(ja.kind, jb.kind, *self._window_slowdowns(pairing, got[1]))
+        s_a, s_b, seconds, n = self.sitting.pair(ja.kind, jb.kind)
+        win_a, win_b = self.sitting.windows(ja.kind, jb.kind)
         refused = judge(win_a, win_b)
         if not refused:
             self._news.append(Observation(pairing.a, pairing.b, s_a, s_b))
@@ -491,6 +533,7 @@ class RealWorld:
                 "slowdown_b": s_b, "steps_a": steps_a, "steps_b": steps_b, "window_s": seconds, "pairings": n,
                 "trials": min(len(win_a), len(win_b)), "cv_a": cv(win_a), "cv_b": cv(win_b),
                 "ci_a": _finite(ci_halfwidth(win_a)), "ci_b": _finite(ci_halfwidth(win_b)), "refused": refused,
+                "split_a": pairing.split_a(),
             })
 
     def _window_slowdowns(self, pairing: Pairing, since: float) -> tuple[list[float], list[float]]:
@@ -504,14 +547,75 @@ class RealWorld:
         return out[0], out[1]
 
     # ---- jobs ----------------------------------------------------------------------------------------
-    def _local(self, spec: JobSpec, slots: list[int], start_step: int, progress: Path, log: Path) -> LocalJob:
-        return LocalJob(spec, self.layout, slots, start_step, progress, log, self.extra_env)
+    def _local(self, spec: JobSpec, slots: list[int], start_step: int, progress: Path, log: Path,
+               env: dict[str, str] | None = None) -> LocalJob:
+        return LocalJob(spec, self.layout, slots, start_step, progress, log, {**self.extra_env, **(env or {})})
+
+    # ---- the knob ------------------------------------------------------------------------------------
+    def _pair_share(self, j: int) -> tuple[float, int]:
+        """Job ``j``'s share of its slot under its pair's split (a fraction) and its partner; NaN and -1 where it
+        runs without one (alone, on several slots, next to several jobs, or in a pair without a split)."""
+        if self.split is None:
+            return math.nan, -1
+        jobs = self.loop_jobs
+        gpus = jobs.gpus[j]
+        if len(gpus) != 1:
+            return math.nan, -1
+        partners = [int(o) for o in jobs.resident[gpus[0]] if o >= 0 and o != j]
+        if len(partners) != 1 or len(jobs.gpus[partners[0]]) != 1:
+            return math.nan, -1
+        percent = float(self.split[jobs.workload[j], jobs.workload[partners[0]]])
+        return (percent / 100.0, partners[0]) if math.isfinite(percent) else (math.nan, -1)
+
+    def _start_environment(self, j: int, now: float) -> dict[str, str]:
+        """The environment a knob read at start (MPS) needs for job ``j`` starting now next to its partner."""
+        if self.split is None or self.knob.live:
+            return {}
+        share, partner = self._pair_share(j)
+        if not math.isfinite(share):
+            return {}
+        rec = self.jobs[j]
+        rec.share = share
+        rec.events.append({"t": round(now, 3), "event": "split", "share": round(share * 100),
+                           "partner": self.jobs[partner].spec.job_id})
+        return self.knob.environment(share)
+
+    def _set_share(self, j: int, now: float) -> None:
+        """Run job ``j`` under its share of its pair's split, or lift its limit where it has no such pair (a live
+        knob; a process started under MPS keeps its percentage)."""
+        if self.split is None or not self.knob.live:
+            return
+        rec = self.jobs[j]
+        share, partner = self._pair_share(j)
+        if not math.isfinite(share):
+            self._release(j, now)
+            return
+        if share == rec.share:
+            return
+        try:
+            self.knob.apply(rec.proc.pid, share)
+        except OSError:
+            return  # its process has just exited: nothing to limit, and its end is noticed at the next poll
+        rec.share = share
+        rec.events.append({"t": round(now, 3), "event": "split", "share": round(share * 100),
+                           "partner": self.jobs[partner].spec.job_id})
+
+    def _release(self, j: int, now: float) -> None:
+        """Lift job ``j``'s limit under a live knob (paused, moved, ended, or no longer in its pair)."""
+        rec = self.jobs[j]
+        if self.split is None or not self.knob.live or not math.isfinite(rec.share):
+            return
+        rec.share = math.nan
+        if rec.proc is not None:
+            self.knob.release(rec.proc.pid)
+        rec.events.append({"t": round(now, 3), "event": "release"})
 
     def shutdown(self) -> None:
         """Kill every job's process (a stop or the end of the run); what they reported is kept."""
         now = self.clock()
         for j in list(self.live):
             self._poll_job(j, now)
+            self._release(j, now)
             self.jobs[j].proc.kill()
         self.live.clear()
 

@@ -40,6 +40,9 @@ class Trace:
     given, a command's ``NAME=cmd:...`` included, for whatever runs the jobs for real. ``steps``, where the
     file gives them (the generic CSV's ``steps`` column), is each job's length in training steps; a physical
     run (``sharewise run``) runs that many, and ``duration`` is then the steps at the device's solo throughput.
+    ``bound``, where the file gives one (the generic CSV's optional ``bound`` column), is each job's promise of
+    the slowdown contract as its cell reads (``"1.3"``, ``"protected"``, ``""`` for none), read into a
+    ``planner.contract.Bound`` by whatever simulates or runs the trace.
 
     Example (two jobs)::
 
@@ -59,6 +62,7 @@ class Trace:
     notes: tuple[str, ...] = field(default=())
     spec: np.ndarray | None = None
     steps: np.ndarray | None = None
+    bound: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.arrival.shape[0])
@@ -77,6 +81,7 @@ class Trace:
             self.notes,
             None if self.spec is None else self.spec[keep],
             None if self.steps is None else self.steps[keep],
+            None if self.bound is None else self.bound[keep],
         )
 
     def head(self, n: int) -> Trace:

@@ -11,6 +11,11 @@ A ``workload`` cell is a workload name or spec; a command spec (``mytrain=cmd:py
 ``sharewise.command_spec``) is replayed under its recorded name (``mytrain``), the spec kept in ``Trace.spec``.
 A cell holding a comma or a double quote is quoted as CSV quotes any cell (``"a=cmd:python a.py --x 1,2"``,
 inner double quotes doubled).
+
+An optional ``bound`` column carries each job's promise of the slowdown contract (``planner.contract.Bound``): a
+maximum slowdown (``1.3``), ``protected``, or an empty cell for none. The reader keeps the cells as text
+(``Trace.bound``; a layer below the planner, it does not interpret them); whatever simulates or runs the trace
+reads them, naming the line of a bad one.
 """
 
 from __future__ import annotations
@@ -91,6 +96,7 @@ def read_generic_csv(path: Path, context: TraceContext | None = None) -> Trace:
         duration = _steps_to_seconds(steps, workload, path, context)
     else:
         duration = np.where(blank, np.nan, numeric_column(df, "duration_s", path, positive=True))
+    bound = df["bound"].astype(str).str.strip().to_numpy(dtype=object) if "bound" in df.columns else None
     return Trace(
         job_id=job_id,
         arrival=arrival,
@@ -102,6 +108,7 @@ def read_generic_csv(path: Path, context: TraceContext | None = None) -> Trace:
         format="csv",
         spec=specs,
         steps=steps,
+        bound=bound,
     )
 
 
@@ -131,6 +138,7 @@ def write_generic_csv(trace: Trace, path: str | os.PathLike) -> Path:
             **length,
             "gpus": trace.gpus,
             "workload": trace.workload if trace.spec is None else trace.spec,
+            **({} if trace.bound is None else {"bound": trace.bound}),
         }
     ).to_csv(path, index=False)
     return path
@@ -138,7 +146,7 @@ def write_generic_csv(trace: Trace, path: str | os.PathLike) -> Path:
 
 FORMAT = TraceFormat(
     name="csv",
-    summary="generic CSV: job_id, arrival_s, gpus, workload, and duration_s or steps",
+    summary="generic CSV: job_id, arrival_s, gpus, workload, and duration_s or steps (optional: bound)",
     read=read_generic_csv,
     detect=lambda path, header: True,  # the fallback: any other file is read as the generic CSV
 )

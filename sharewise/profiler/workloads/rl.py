@@ -20,6 +20,30 @@ VALUE_WEIGHT = 0.5
 # --- A3C (Mnih et al. 2016) ----------------------------------------------------------------------
 
 
+def _episode_returns(n: int, device: torch.device) -> torch.Tensor:
+    """Discounted returns of an ``n``-step rollout of random rewards in -1, 0, 1 that ends its episode.
+
+    The episode's end means the n-step returns need no bootstrap value. A bootstrapped target chases the
+    network's own output on a batch that never changes and drifts without bound over a long campaign; a fixed
+    target keeps every step's numbers finite.
+    """
+    rewards = torch.randint(-1, 2, (n,), device=device).float()
+    steps = torch.arange(n, device=device, dtype=torch.float32)
+    lag = steps.unsqueeze(0) - steps.unsqueeze(1)
+    discount = torch.where(lag >= 0, GAMMA ** lag.clamp(min=0), torch.zeros_like(lag))
+    return discount @ rewards
+
+
+def _actor_critic_loss(advantage: torch.Tensor, logits: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+    """A3C's loss of one rollout from its advantages (returns - values): policy gradient, value regression,
+    entropy bonus."""
+    logp = F.log_softmax(logits, dim=-1)
+    entropy = -(logp.exp() * logp).sum(-1)
+    chosen = logp.gather(1, actions.unsqueeze(1)).squeeze(1)
+    policy_loss = -(chosen * advantage.detach()).mean()
+    return policy_loss + VALUE_WEIGHT * advantage.pow(2).mean() - ENTROPY_WEIGHT * entropy.mean()
+
+
 @dataclass(frozen=True)
 class A3CConfig:
     frame: int  # square frame side in pixels (84 on Atari after preprocessing)
@@ -71,18 +95,12 @@ class A3C(TrainWorkload):
 
     def make_batch(self) -> dict[str, torch.Tensor]:
         n, d, side = self.batch_size, self.device, self.cfg.frame
-        rewards = torch.randint(-1, 2, (n,), device=d).float()
-        # The synthetic rollout ends its episode, so the n-step returns need no bootstrap value. A
-        # bootstrapped target chases the network's own output on a batch that never changes and drifts
-        # without bound over a long campaign; a fixed target keeps every step's numbers finite.
-        steps = torch.arange(n, device=d, dtype=torch.float32)
-        lag = steps.unsqueeze(0) - steps.unsqueeze(1)
-        discount = torch.where(lag >= 0, GAMMA ** lag.clamp(min=0), torch.zeros_like(lag))
+        returns = _episode_returns(n, d)
         return {
             # uint8 like an emulator's frames; the scaling is part of every real step.
             "frames": torch.randint(0, 256, (n, self.cfg.stack, side, side), dtype=torch.uint8, device=d),
             "actions": torch.randint(0, self.cfg.actions, (n,), device=d),
-            "returns": discount @ rewards,
+            "returns": returns,
         }
 
     def make_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
@@ -91,12 +109,7 @@ class A3C(TrainWorkload):
     def loss(self) -> torch.Tensor:
         b = self.batch
         logits, values = self.model(b["frames"].float() / 255.0)
-        advantage = b["returns"] - values
-        logp = F.log_softmax(logits, dim=-1)
-        entropy = -(logp.exp() * logp).sum(-1)
-        chosen = logp.gather(1, b["actions"].unsqueeze(1)).squeeze(1)
-        policy_loss = -(chosen * advantage.detach()).mean()
-        return policy_loss + VALUE_WEIGHT * advantage.pow(2).mean() - ENTROPY_WEIGHT * entropy.mean()
+        return _actor_critic_loss(b["returns"] - values, logits, b["actions"])
 
     def clip_gradients(self) -> None:
         nn.utils.clip_grad_norm_(self.model.parameters(), 40.0)
@@ -157,14 +170,11 @@ class A3CLSTM(TrainWorkload):
 
     def make_batch(self) -> dict[str, torch.Tensor]:
         n, d, side = self.batch_size, self.device, self.cfg.frame
-        rewards = torch.randint(-1, 2, (n,), device=d).float()
-        steps = torch.arange(n, device=d, dtype=torch.float32)
-        lag = steps.unsqueeze(0) - steps.unsqueeze(1)
-        discount = torch.where(lag >= 0, GAMMA ** lag.clamp(min=0), torch.zeros_like(lag))
+        returns = _episode_returns(n, d)
         return {
             "frames": torch.rand(n, 1, 1, side, side, device=d),
             "actions": torch.randint(0, self.cfg.actions, (n,), device=d),
-            "returns": discount @ rewards,  # an episode end closes the rollout, as in A3C above
+            "returns": returns,
         }
 
     def make_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
@@ -182,12 +192,7 @@ class A3CLSTM(TrainWorkload):
             logit, value, state = self.model(frame, state)
             logits.append(logit)
             values.append(value)
-        advantage = b["returns"] - torch.cat(values)
-        logp = F.log_softmax(torch.cat(logits), dim=-1)
-        entropy = -(logp.exp() * logp).sum(-1)
-        chosen = logp.gather(1, b["actions"].unsqueeze(1)).squeeze(1)
-        policy_loss = -(chosen * advantage.detach()).mean()
-        return policy_loss + VALUE_WEIGHT * advantage.pow(2).mean() - ENTROPY_WEIGHT * entropy.mean()
+        return _actor_critic_loss(b["returns"] - torch.cat(values), torch.cat(logits), b["actions"])
 
     def clip_gradients(self) -> None:
         nn.utils.clip_grad_norm_(self.model.parameters(), 40.0)
