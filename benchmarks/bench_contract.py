@@ -130,9 +130,13 @@ def protected(out: Path, protect: str, partner: str, bound: float, windows: int)
     print(f"\n{protect} bound to <= {bound} next to {partner}: {choice.reason}")
     result: dict = {"protect": protect, "partner": partner, "bound": bound, "choice": choice.reason,
                     "split": choice.split, "runs": {}}
-    settings = {"at the split": None if choice.split is None else choice.split / 100, "without a split": None}
-    if choice.split is None:
-        settings.pop("at the split")
+    if choice.split is not None:
+        settings = {"at the split": choice.split / 100, "without a split": None}
+    else:  # declined: measure the split the model judged nearest to keeping the bound, to check the decline
+        near = int(grid[int(np.argmin(pred["p90_a"].to_numpy(dtype=float)))])  # the partner has no bound
+        settings = {f"at {near}:{100 - near} (declined; measured to check the decline)": near / 100,
+                    "without a split": None}
+    result["measured_splits"] = {label: (None if s is None else round(s * 100)) for label, s in settings.items()}
     for label, split in settings.items():
         config = RunConfig(device="cpu", mode="cpu", split=split, repeats=windows, max_repeats=windows, window_s=0.5)
         with WorkerPool(config) as pool:
@@ -142,7 +146,8 @@ def protected(out: Path, protect: str, partner: str, bound: float, windows: int)
         slow_a = np.array([r.solo[0].throughput / r.coloc[0].throughput for r in repeats])
         slow_b = np.array([r.solo[1].throughput / r.coloc[1].throughput for r in repeats])
         foreign = float(np.mean([r.foreign_cpu for r in repeats]))
-        run = {"windows": int(len(slow_a)), "within_bound": float((slow_a <= bound).mean() * 100),
+        run = {"split_a": None if split is None else round(split * 100),
+               "windows": int(len(slow_a)), "within_bound": float((slow_a <= bound).mean() * 100),
                "slowdown_a": float(slow_a.mean()), "slowdown_b": float(slow_b.mean()),
                "combined_throughput": float(np.mean(1 / slow_a + 1 / slow_b)), "foreign_cpu": foreign,
                "per_window_a": [round(float(x), 3) for x in slow_a]}

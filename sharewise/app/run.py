@@ -51,7 +51,7 @@ from sharewise.app.run_inputs import (
     prepare,
     step_times,
 )
-from sharewise.app.simulate import JSON_DECIMALS
+from sharewise.app.simulate import JSON_DECIMALS, bound_metrics
 from sharewise.datasets.pair_row import OBSERVED, pair_row
 from sharewise.datasets.store import Dataset, utc_now, write_json_atomic
 from sharewise.engine.result import RunResult
@@ -122,7 +122,9 @@ class RunReport:
                          "device_name": self.layout.device_name}
         out["failures"] = {name: r.failures() for name, r in self.runs.items()}
         shared = {name: m.get("shared_jobs") for name, m in out["policies"].items()}
-        out["verdict"] = _failure_lines(out) + verdict(out, unit=("s", 1.0), shared=shared, noise=True)
+        bounded = {name: [j for j in r.jobs if j.get("bound_max") is not None] for name, r in self.runs.items()}
+        out["verdict"] = _failure_lines(out) + verdict(out, unit=("s", 1.0), shared=shared, noise=True,
+                                                       bounded=bounded)
         out["runs"] = {name: {"complete": r.complete, "wall_s": round(r.wall_s, 1), "jobs": r.jobs}
                        for name, r in self.runs.items()}
         if self.comparison is not None:
@@ -157,7 +159,10 @@ def run_policy(name: str, inputs: RunInputs, config: PhysicalConfig, out: Path, 
                     startup_s=startup_s, lengths=lengths, folder=out / name, sitting=sitting,
                     sitting_path=out / "sitting.json", name=name, slo=config.max_slowdown, observe=config.observe,
                     round_s=config.round_s, poll_s=config.poll_s, launcher=launcher, env=env, on_pair=on_pair,
-                    progress=progress, metrics=metrics)
+                    progress=progress, metrics=metrics, kinds=inputs.kinds, bounds=inputs.bound_values(),
+                    split=None if inputs.contract is None else inputs.contract.split_matrix(), knob=inputs.knob)
+    if inputs.bounds is not None:
+        ran.result.metrics.update(bound_metrics(ran.result, inputs.bound_values()))
     notes = ran.notes + [f"pair {a}+{b} not written to {OBSERVED}/ nor learned by the policies: {why}"
                          for (a, b), why in refused.items()]
     run = PolicyRun(name, ran.result, _jobs_json(ran.result, ran.jobs, inputs), True, ran.wall_s, ran.observed_pairs,
@@ -187,6 +192,7 @@ def _jobs_json(result: RunResult, records: list[dict], inputs: RunInputs) -> lis
     out = []
     status_name = {DONE: "done", FAILED: "failed"}
     jct = result.jct
+    bounded = inputs.bounds is not None and any(b.bounded for b in inputs.bounds)
     for j, (spec, rec) in enumerate(zip(inputs.specs, records, strict=True)):
         status = status_name.get(int(result.status[j]), "unfinished")
         if status == "failed" and rec["exit"]:
@@ -199,6 +205,10 @@ def _jobs_json(result: RunResult, records: list[dict], inputs: RunInputs) -> lis
             "shared": bool(result.shared[j]),
             **{k: v for k, v in rec.items() if k != "workload"},
         })
+        if bounded:  # the contract: its type in the tables and its bound (bound_max None: none)
+            b = inputs.bounds[j]
+            out[-1].update({"kind": inputs.job_kinds()[j], "bound": str(b),
+                            "bound_max": b.max_slowdown if b.bounded else None})
     return out
 
 
@@ -219,6 +229,8 @@ def _observed_row(spec_a: JobSpec, spec_b: JobSpec, values: dict, lay: Layout, p
     slowdowns pooled over its pairings, ``trials``, ``cv_*`` and ``ci_*`` over their windows)."""
     measured = {k: values[k] for k in ("solo_a", "solo_b", "coloc_a", "coloc_b", "slowdown_a", "slowdown_b", "cv_a",
                                        "cv_b", "ci_a", "ci_b", "window_s")}
+    if math.isfinite(values.get("split_a", math.nan)):  # measured under the knob: a row at that split
+        measured["split_a"] = float(values["split_a"])
     return pair_row(spec_a.name, spec_b.name, device_kind=lay.device, device_name=lay.device_name, mode=lay.mode,
                     size=spec_a.size, isolation=f"run:{policy}", source=OBSERVED, trials=int(values["trials"]),
                     steps_a=int(values["steps_a"]), steps_b=int(values["steps_b"]), **measured)
@@ -239,7 +251,11 @@ def run_physical(config: PhysicalConfig, progress: Callable | None = None, launc
     with _metrics(config) as exporter:  # a port in use fails here, before anything starts
         if exporter is not None and progress is not None:
             progress("metrics", url=exporter.url)
-        return _run_all(config, inputs, progress, launcher, exporter)
+        try:
+            return _run_all(config, inputs, progress, launcher, exporter)
+        finally:
+            if inputs.knob is not None:
+                inputs.knob.close()  # the cgroups the splits made
 
 
 def _run_all(config: PhysicalConfig, inputs: RunInputs, progress, launcher, exporter) -> RunReport:

@@ -8,7 +8,7 @@ import math
 import numpy as np
 
 from sharewise.app.run_inputs import PhysicalConfig, RunInputs
-from sharewise.app.simulate import JSON_DECIMALS
+from sharewise.app.simulate import JSON_DECIMALS, bound_metrics
 from sharewise.datasets.traces import Trace
 from sharewise.engine.cluster import Cluster
 from sharewise.engine.result import RunResult
@@ -24,10 +24,11 @@ def sitting_truth(inputs: RunInputs, sitting: Sitting, steps: np.ndarray,
     rate in the sitting: its solo stretches where they span enough steps and seconds, else the step time the
     runs' policies used (``step_s``), from the calibration or the dataset; then its teardown, from its last step to its
     process's exit noticed, which holds the slot as long). A short command that never ran alone for long
-    enough still has the calibration's rate, so its simulated rate is never unknown."""
+    enough still has the calibration's rate, so its simulated rate is never unknown. Under the slowdown contract
+    the pairs are those of the job types (``inputs.kinds``), as the runs pooled them, each at its split."""
     names = inputs.names
     p50 = np.array(inputs.truth.p50, dtype=float)
-    in_trace = sorted({s.name for s in inputs.specs})
+    in_trace = sorted(set(inputs.job_kinds()))
     observed, from_dataset = 0, []
     for x, a in enumerate(in_trace):
         for b in in_trace[x:]:
@@ -79,7 +80,7 @@ def compare(inputs: RunInputs, config: PhysicalConfig, runs: dict[str, RunResult
     truth, exclusive, startup, notes = sitting_truth(inputs, sitting, steps, step_s)
     known = startup_s + steps * step_s
     trace = Trace(job_id=inputs.trace.job_id, arrival=inputs.trace.arrival, duration=known,
-                  gpus=inputs.trace.gpus, workload=np.array([s.name for s in inputs.specs], dtype=object),
+                  gpus=inputs.trace.gpus, workload=np.array(inputs.job_kinds(), dtype=object),
                   line=inputs.trace.line, source=inputs.trace.source, format="csv")
     view = None if config.oracle else inputs.table
     cluster = Cluster(n_gpus=inputs.layout.n_slots, gpus_per_node=inputs.layout.n_slots)
@@ -101,6 +102,8 @@ def compare(inputs: RunInputs, config: PhysicalConfig, runs: dict[str, RunResult
             "preemptions_simulated": int(sim.metrics["preemptions"]),
             "sim_jct": [round(float(x), 3) for x in sim.jct],
         }
+        if inputs.bounds is not None:  # the contract's violations, simulated beside the physical run's
+            row.update({f"{k}_simulated": v for k, v in bound_metrics(sim, inputs.bound_values()).items()})
         row["avg_ratio"] = row["avg_jct_physical"] / row["avg_jct_simulated"]
         row["p95_ratio"] = row["p95_jct_physical"] / row["p95_jct_simulated"]
         row.update(divergence(run, sim, inputs.trace.job_id, config.round_s))

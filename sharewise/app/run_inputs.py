@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sharewise.app.simulate import SimulationConfig, check_run_options, policies_table
+from sharewise.app import splits
+from sharewise.app.simulate import SimulationConfig, check_run_options, policies_tables, split_candidates
 from sharewise.datasets.store import open_dataset, write_json_atomic
 from sharewise.datasets.traces import AUTO, Trace, TraceContext, load_trace
 from sharewise.engine.table import SlowdownTable
@@ -39,7 +40,9 @@ class PhysicalConfig:
     calibration (0: none, the dataset's throughputs are the unit of work); ``compare_sim`` simulates the
     same runs for the comparison; ``default_length_s`` the solo seconds assumed for a training command whose
     length nothing states (``runtime.lengths``); ``metrics_port`` (None: off) and ``metrics_host`` where the
-    run serves its live Prometheus metrics (``runtime.metrics``).
+    run serves its live Prometheus metrics (``runtime.metrics``); ``split`` and ``bounds`` the slowdown
+    contract as ``simulate`` takes it (``app.splits``): each pair of job types runs at its chosen split, the
+    sharing mode's knob (``profiler.knob``: a CPU quota, an MPS thread percentage) enforcing it.
     """
 
     trace: str
@@ -67,6 +70,8 @@ class PhysicalConfig:
     default_length_s: float = DEFAULT_LENGTH_S
     metrics_port: int | None = None
     metrics_host: str = "127.0.0.1"
+    split: str = "auto"
+    bounds: str = "enforce"
 
     def __post_init__(self) -> None:
         if not self.policies:
@@ -74,6 +79,7 @@ class PhysicalConfig:
         if len(set(self.policies)) != len(self.policies):
             raise ConfigError(f"a policy is listed twice: {list(self.policies)}")
         check_run_options(self)
+        splits.check_options(self)
         if self.calibrate_s < 0 or not math.isfinite(self.calibrate_s):
             raise ConfigError(f"--calibrate must be a number of seconds >= 0, got {self.calibrate_s}")
         if self.executor not in ("local", "ray"):
@@ -88,7 +94,10 @@ class PhysicalConfig:
 
 @dataclass
 class RunInputs:
-    """What every policy's run shares: the jobs, the slots, the policies' table and the dataset's truth."""
+    """What every policy's run shares: the jobs, the slots, the policies' table and the dataset's truth.
+
+    Under the slowdown contract (``contract`` not None) ``names`` are the job types, ``table`` and ``truth``
+    are over them, ``kinds`` holds each job's type and ``knob`` (checked) enforces each pair's split."""
 
     trace: Trace
     specs: list[JobSpec]
@@ -100,6 +109,18 @@ class RunInputs:
     throughput: dict[str, float]  # the dataset's solo steps/s per workload on ``device``
     notes: list[str]
     view_name: str
+    kinds: list[str] | None = None  # each job's type in the tables (None: its workload)
+    bounds: list | None = None  # each job's ``planner.contract.Bound`` where the trace has a bound column
+    contract: splits.Contract | None = None
+    knob: object | None = None  # the ``profiler.knob.ShareKnob`` enforcing the splits (None: no split)
+
+    def bound_values(self) -> list[float] | None:
+        """Each job's bound as a number (inf: none); None where the trace gives none."""
+        return None if self.bounds is None else [b.max_slowdown for b in self.bounds]
+
+    def job_kinds(self) -> list[str]:
+        """Each job's type in the tables: its workload without a contract."""
+        return self.kinds if self.kinds is not None else [s.name for s in self.specs]
 
 
 # ---- preparing ---------------------------------------------------------------------------------------
@@ -116,6 +137,7 @@ def prepare(config: PhysicalConfig) -> RunInputs:
     prof = profiles[profiles["device_name"].astype(str) == device]
     throughput = prof.groupby("workload")["throughput"].median().to_dict()
     trace = load_trace(config.trace, format=config.trace_format, context=TraceContext(throughputs=throughput))
+    bounds = splits.job_bounds(trace)  # a bad cell fails here, naming its line
     specs, names = _job_specs(trace, throughput, config)
     if int(trace.gpus.max()) > lay.n_slots:
         i = int(np.argmax(trace.gpus > lay.n_slots))
@@ -127,18 +149,69 @@ def prepare(config: PhysicalConfig) -> RunInputs:
     # hold each of them out in turn for nothing, and fail where every measured pair involves one of them (the
     # 2026-12-04 H200 window: 5 pairs, all of resnet18, a trace of lstm_lm and ncf).
     known = names
-    truth = SlowdownTable.from_pairs(pairs, device_name=device, workloads=known)
+    # The truth without the knob; rows measured at a split are the truth at that split, under the contract.
+    truth, knob_pairs = splits.base_truth(pairs, device_name=device, workloads=known)
     allowed, note = _memory_rule(prof, known, lay)
     notes.append(note)
     truth = truth.restricted(allowed)
-    table, table_note = _policies_table(config, profiles, pairs, truth, device)
+    grid = _model_grid(config)
+    contract_on = splits.wants_contract(config, bounds, knob_pairs, lay.mode, model_grid=bool(grid))
+    at = None
+    if contract_on and config.split == "auto" and lay.mode in splits.KNOB_MODES:
+        at = split_candidates(known, grid or splits.measured_splits(knob_pairs), device)
+    table, table_note, view_at = _policies_table(config, profiles, pairs, truth, device, at)
     notes.append(table_note)
     unknown = sorted(set(names) - set(SlowdownTable.from_pairs(pairs, device_name=device).workloads))
     if unknown:
         notes.append(f"workload(s) {unknown} have no measured pairs on {device!r}: they never share until the run "
                      "observes them")
-    return RunInputs(trace, specs, lay, device, table, truth, known, throughput, notes,
-                     "oracle" if config.oracle else table.source)
+    inputs = RunInputs(trace, specs, lay, device, table, truth, known, throughput, notes,
+                       "oracle" if config.oracle else table.source,
+                       bounds=bounds if trace.bound is not None else None)
+    if contract_on:
+        _type_jobs(inputs, config, pairs, knob_pairs, view_at, allowed)
+    elif any(b.bounded for b in bounds):
+        notes.append(f"--bounds {config.bounds}: {sum(b.bounded for b in bounds)} job(s) carry a bound; the policies "
+                     "schedule as without them, and each policy's bounded jobs that exceed their bound are counted")
+    return inputs
+
+
+def _type_jobs(inputs: RunInputs, config: PhysicalConfig, pairs: pd.DataFrame, knob_pairs: pd.DataFrame,
+               view_at, allowed: np.ndarray) -> None:
+    """Put ``inputs`` under the slowdown contract (``splits.type_jobs``): the tables over the job types, each
+    job's type, and the knob that enforces the splits, checked here (a machine where it cannot be written
+    fails before anything runs)."""
+    from sharewise.profiler.knob import knob_for
+
+    lay, names = inputs.layout, inputs.names
+    on_device = pairs[pairs["device_name"].astype(str) == inputs.device]
+    fits = splits.not_oom(on_device, names) & allowed
+    contract = splits.type_jobs([s.name for s in inputs.specs], inputs.bounds or [splits.Bound()] * len(inputs.specs),
+                                None if config.oracle else inputs.table, inputs.truth, view_at,
+                                splits.measured_at(knob_pairs, names), config.max_slowdown, fits, lay.mode,
+                                config.split)
+    typed = contract.typed
+    inputs.contract, inputs.kinds = contract, contract.labels
+    inputs.truth = typed.truth
+    inputs.table = typed.truth if config.oracle else typed.view.aligned(typed.truth.workloads).restricted(
+        typed.truth.allowed)
+    inputs.names = list(typed.types)
+    inputs.notes.extend(contract.notes)
+    if contract.split_matrix() is not None:
+        knob = knob_for(lay.mode, cores=len(lay.slots[0].cores) if lay.device == "cpu" else None)
+        knob.check()
+        inputs.knob = knob
+        inputs.notes.append(f"each pair of job types that shares at a split runs under it: {knob.what} set per job "
+                            f"({lay.mode}), its events in run.json ('split' with its share, 'release')")
+
+
+def _model_grid(config: PhysicalConfig) -> tuple[int, ...]:
+    """``splits.grid_for`` the model of ``--model`` (none without one)."""
+    if not config.model or config.oracle or config.predictions:
+        return ()
+    from sharewise.predictor import SlowdownRegressor
+
+    return splits.grid_for(SlowdownRegressor.load(config.model))
 
 
 def _knowledge_device(config: PhysicalConfig, pairs: pd.DataFrame, lay: Layout) -> tuple[str, list[str]]:
@@ -277,16 +350,17 @@ def _memory_rule(prof: pd.DataFrame, names: list[str], lay: Layout) -> tuple[np.
                      "may not share")
 
 
-def _policies_table(config: PhysicalConfig, profiles, pairs, truth: SlowdownTable,
-                    device: str) -> tuple[SlowdownTable, str]:
-    """The policies' table, as ``simulate`` makes it (the same options and default)."""
+def _policies_table(config: PhysicalConfig, profiles, pairs, truth: SlowdownTable, device: str,
+                    at_splits: pd.DataFrame | None = None):
+    """The policies' table, as ``simulate`` makes it (the same options and default), and their slowdowns at the
+    splits of ``at_splits`` (``simulate.policies_tables``). Returns ``(table, note, view_at)``."""
     sim = SimulationConfig(trace=config.trace, data=config.data, oracle=config.oracle,
                            predictions=config.predictions, model=config.model, group_by=config.group_by,
                            max_slowdown=config.max_slowdown)
-    table, note = policies_table(sim, profiles, pairs, truth, device)
+    table, note, view_at = policies_tables(sim, profiles, pairs, truth, device, at_splits=at_splits)
     if table is None:
-        return truth, note
-    return table.aligned(truth.workloads).restricted(truth.allowed), note
+        return truth, note, None
+    return table.aligned(truth.workloads).restricted(truth.allowed), note, view_at
 
 
 # ---- calibrating -------------------------------------------------------------------------------------

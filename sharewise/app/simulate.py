@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from sharewise.app import splits
 from sharewise.datasets.tables import read_predictions
 from sharewise.datasets.traces import AUTO, TRACE_FORMATS, Trace, TraceContext, detect_format, load_trace
 from sharewise.datasets.variability import PAL_SEED, GpuVariability, read_class_mapping, read_variability
@@ -51,6 +52,11 @@ class SimulationConfig:
     (``sharewise.datasets.variability``: PAL's ``profiles.json`` of measurements to draw from with
     ``pm_seed``, a ``PerfVar_<class>`` table, or one measurements CSV); jobs map to classes by
     ``job_classes`` (CSV ``workload,class``), by default PAL's mapping of its models.
+
+    The slowdown contract (``app.splits``): a trace's ``bound`` column gives jobs a bound; ``split`` (``auto``:
+    choose each pair's split of the sharing knob where the data has slowdowns at splits; ``none``: never) and
+    ``bounds`` (``enforce``: the policies keep each bound through their table; ``report``: they schedule as
+    without bounds, and the bounded jobs' violations are only counted).
     """
 
     trace: str
@@ -76,6 +82,8 @@ class SimulationConfig:
     observe: bool = True
     round_s: float | None = None
     preempt_delay_s: float = 0.0
+    split: str = "auto"
+    bounds: str = "enforce"
 
     def __post_init__(self) -> None:
         if self.trace_format != AUTO and self.trace_format not in TRACE_FORMATS:
@@ -85,6 +93,7 @@ class SimulationConfig:
         if self.max_jobs is not None and self.max_jobs < 1:
             raise ConfigError(f"--max-jobs must be >= 1, got {self.max_jobs}")
         check_run_options(self)
+        splits.check_options(self)
 
 
 def check_run_options(config) -> None:
@@ -109,6 +118,22 @@ class SimulationReport:
     view: str
     observe: bool = False
     notes: list[str] = field(default_factory=list)
+    bounds: list | None = None  # each job's ``planner.contract.Bound`` where the trace gives any (None: none)
+    job_ids: list[str] | None = None
+
+    def bounded_jobs(self) -> dict[str, list[dict]]:
+        """Per policy, its bounded jobs with their realized slowdowns (``splits.bound_lines`` reads them):
+        ``{"sharewise": [{"job_id": "j1", "bound": "<= 1.3", "bound_max": 1.3, "realized_slowdown": 1.42}]}``;
+        {} where no job has a bound."""
+        if not self.bounds or not any(b.bounded for b in self.bounds):
+            return {}
+        out = {}
+        for name, r in self.results.items():
+            done = r.done()
+            out[name] = [{"job_id": str(self.job_ids[j]), "bound": str(b), "bound_max": b.max_slowdown,
+                          "realized_slowdown": float(r.realized_slowdown[j]) if done[j] else None}
+                         for j, b in enumerate(self.bounds) if b.bounded]
+        return out
 
     def to_json(self) -> dict:
         """Return the ``--json`` object.
@@ -142,6 +167,8 @@ class SimulationInputs:
     table: SlowdownTable | None
     observe: bool
     notes: list[str]
+    bounds: list | None = None  # each job's ``planner.contract.Bound`` where the trace gives any column of them
+    contract: splits.Contract | None = None  # the typed tables (the trace's workloads are then its job types)
 
 
 def prepare(config: SimulationConfig) -> SimulationInputs:
@@ -149,8 +176,9 @@ def prepare(config: SimulationConfig) -> SimulationInputs:
     if config.data == NO_DATA:
         return _prepare_unshared(config)
     profiles, pairs = _read_truth(config.data)
-    truth = SlowdownTable.from_pairs(pairs, device_name=config.device_name, mode=config.mode)
-    if not truth.allowed.any():
+    # The truth without the knob (rows measured at a split are the truth at that split, under the contract).
+    truth, knob = splits.base_truth(pairs, device_name=config.device_name, mode=config.mode)
+    if not truth.allowed.any() and knob.empty:
         raise DatasetError(
             f"dataset {config.data!r} holds no measured pair with status 'ok' on device "
             f"{truth.device_name!r}; the simulator needs measured slowdowns as its truth"
@@ -159,9 +187,28 @@ def prepare(config: SimulationConfig) -> SimulationInputs:
     notes = list(GAVEL_NOTES)
     trace = _load_trace(config, profiles, truth, device)
     notes.extend(trace.notes)
+    bounds = splits.job_bounds(trace)  # a bad cell fails here, naming its line
     cluster = _cluster(config, trace, notes)
-    table, table_note = policies_table(config, profiles, pairs, truth, device)
+    mode = config.mode or _pairs_mode(pairs, device)
+    grid = _model_grid(config)
+    contract_on = splits.wants_contract(config, bounds, knob, mode, model_grid=bool(grid))
+    at = None
+    if contract_on and config.split == "auto" and mode in splits.KNOB_MODES:
+        at = split_candidates(sorted(set(trace.workload.tolist()) & set(truth.workloads)),
+                              grid or splits.measured_splits(knob), device)
+    table, table_note, view_at = policies_tables(config, profiles, pairs, truth, device, at_splits=at)
     notes.append(table_note)
+    contract = None
+    if contract_on:
+        on_device = pairs[pairs["device_name"].astype(str) == device]
+        contract = splits.type_jobs(trace.workload.tolist(), bounds, table, truth, view_at,
+                                    splits.measured_at(knob, truth.workloads), config.max_slowdown,
+                                    splits.not_oom(on_device, truth.workloads), mode or "", config.split)
+        trace, truth, table, cluster = _typed(trace, truth, table, cluster, contract)
+        notes.extend(contract.notes)
+    elif any(b.bounded for b in bounds):
+        notes.append(f"--bounds {config.bounds}: {sum(b.bounded for b in bounds)} job(s) carry a bound; the policies "
+                     "schedule as without them, and each policy's bounded jobs that exceed their bound are counted")
     observe = config.observe and table is not None
     if observe:
         notes.append(
@@ -175,7 +222,53 @@ def prepare(config: SimulationConfig) -> SimulationInputs:
         "memory; "
         f"SLO: realized slowdown <= {config.max_slowdown:g}."
     )
-    return SimulationInputs(truth=truth, trace=trace, cluster=cluster, table=table, observe=observe, notes=notes)
+    return SimulationInputs(truth=truth, trace=trace, cluster=cluster, table=table, observe=observe, notes=notes,
+                            bounds=bounds if trace.bound is not None else None, contract=contract)
+
+
+def _typed(trace: Trace, truth: SlowdownTable, table: SlowdownTable | None, cluster: Cluster,
+           contract: splits.Contract):
+    """The trace, the truth, the policies' table and the cluster over the contract's job types: each job's
+    workload becomes its type's label, the tables those over types (the policies need no change)."""
+    typed = contract.typed
+    trace = replace(trace, workload=np.array(contract.labels, dtype=object))
+    if cluster.variability is not None:  # a type runs in its workload's variability class
+        v = cluster.variability
+        class_of = {**v.class_of, **{t: v.class_of[w] for t, w in typed.workload.items() if w in v.class_of}}
+        cluster = replace(cluster, variability=replace(v, class_of=class_of))
+    return trace, typed.truth, None if table is None else typed.view, cluster
+
+
+def _pairs_mode(pairs: pd.DataFrame, device: str) -> str | None:
+    """The one sharing mode of ``device``'s pairs, None where they hold several (or none)."""
+    if "mode" not in pairs.columns:
+        return None
+    modes = pairs.loc[pairs["device_name"].astype(str) == device, "mode"].astype(str).unique()
+    return str(modes[0]) if len(modes) == 1 else None
+
+
+def _model_grid(config) -> tuple[int, ...]:
+    """``splits.grid_for`` the model of ``--model`` (none without one, or with --oracle / --predictions)."""
+    if not config.model or config.oracle or config.predictions:
+        return ()
+    from sharewise.predictor import SlowdownRegressor
+
+    return splits.grid_for(SlowdownRegressor.load(config.model))
+
+
+def split_candidates(workloads: list[str], at: tuple[int, ...], device: str) -> pd.DataFrame:
+    """Every unordered pair of ``workloads`` (itself included) at each split of ``at`` (job a's percent), for
+    the policies' predictions there (no row where ``at`` is empty).
+
+    Example: ``split_candidates(["a", "b"], (30, 70), "cpu")`` holds ``a+a``, ``a+b`` and ``b+b`` at 30 and 70.
+    """
+    if not at or not workloads:
+        return pd.DataFrame(columns=["workload_a", "workload_b", "device_name", "split_a"])
+    i, j = np.triu_indices(len(workloads))
+    names = np.array(workloads, dtype=object)
+    k = len(at)
+    return pd.DataFrame({"workload_a": np.repeat(names[i], k), "workload_b": np.repeat(names[j], k),
+                         "device_name": device, "split_a": np.tile(np.asarray(at, dtype=float), len(i))})
 
 
 def _prepare_unshared(config: SimulationConfig) -> SimulationInputs:
@@ -189,12 +282,14 @@ def _prepare_unshared(config: SimulationConfig) -> SimulationInputs:
     cluster = _cluster(config, trace, notes)
     if config.round_s:
         notes.append(f"Rounds: policies start jobs only every {config.round_s:g} s.")
-    return SimulationInputs(truth=truth, trace=trace, cluster=cluster, table=None, observe=False, notes=notes)
+    return SimulationInputs(truth=truth, trace=trace, cluster=cluster, table=None, observe=False, notes=notes,
+                            bounds=splits.job_bounds(trace) if trace.bound is not None else None)
 
 
 def run_policy(name: str, inputs: SimulationInputs, config: SimulationConfig) -> RunResult:
-    """Simulate registered policy ``name`` on prepared inputs."""
-    return simulate(
+    """Simulate registered policy ``name`` on prepared inputs; where jobs carry bounds its metrics add
+    ``bounded_jobs``, ``bound_violations`` and ``bound_violation_rate`` (``splits.bound_metrics``)."""
+    result = simulate(
         inputs.trace,
         get_policy(name),
         inputs.truth,
@@ -205,6 +300,16 @@ def run_policy(name: str, inputs: SimulationInputs, config: SimulationConfig) ->
         observe=inputs.observe,
         round_s=config.round_s,
     )
+    if inputs.bounds is not None:
+        result.metrics.update(bound_metrics(result, [b.max_slowdown for b in inputs.bounds]))
+    return result
+
+
+def bound_metrics(result: RunResult, bounds: list[float]) -> dict:
+    """``splits.bound_metrics`` of a run: each job's realized slowdown where it finished (a job that did not
+    is not counted)."""
+    realized = np.where(result.done(), np.asarray(result.realized_slowdown, dtype=float), np.nan)
+    return splits.bound_metrics(realized, bounds)
 
 
 def run_simulation(config: SimulationConfig) -> SimulationReport:
@@ -230,6 +335,8 @@ def run_simulation(config: SimulationConfig) -> SimulationReport:
         view="oracle" if inputs.table is None else inputs.table.source,
         observe=inputs.observe,
         notes=inputs.notes,
+        bounds=inputs.bounds,
+        job_ids=[str(j) for j in inputs.trace.job_id],
     )
 
 
@@ -357,13 +464,35 @@ def policies_table(
     """The table the policies see and a note saying what it is: ``None`` for the truth (``oracle``), else the
     predictions of ``config.predictions`` or ``config.model``, or out-of-fold predictions with calibrated
     intervals (the default); ``simulate`` and ``run`` both take the policies' table from here."""
+    table, note, _ = policies_tables(config, profiles, pairs, truth, device)
+    return table, note
+
+
+def policies_tables(
+    config: SimulationConfig,
+    profiles: pd.DataFrame,
+    pairs: pd.DataFrame,
+    truth: SlowdownTable,
+    device: str,
+    at_splits: pd.DataFrame | None = None,
+) -> tuple[SlowdownTable | None, str, splits.SplitTable | None]:
+    """``policies_table``, and the policies' slowdowns at the splits of the sharing knob where ``at_splits``
+    (``split_candidates``: the pairs and splits to predict) is given: the rows at a split of
+    ``config.predictions``, else the model's or the out-of-fold predictions of ``at_splits``. The table
+    without the knob is made of the rows without a split. Returns ``(table, note, view_at)``; ``view_at`` is
+    None with ``oracle``, without ``at_splits``, or where nothing is predicted at a split."""
     if config.oracle:
-        return None, "Oracle: policies see the measured slowdowns."
+        return None, "Oracle: policies see the measured slowdowns.", None
+    candidates = None
     if config.predictions:
         predictions = read_predictions(config.predictions)
         note = f"Policies see the predictions in {config.predictions}."
     else:
         candidates = prediction_candidates(pairs, truth, device)
+        if at_splits is not None and len(at_splits):
+            if "mode" in candidates.columns and len(candidates):
+                at_splits = at_splits.assign(mode=candidates["mode"].iloc[0])
+            candidates = pd.concat([candidates, at_splits], ignore_index=True)
         if config.model:
             from sharewise.predictor import SlowdownRegressor, predict_pairs
 
@@ -385,10 +514,18 @@ def policies_table(
                 "conformally calibrated p10-p90 intervals."
                 + "".join(f" Except: {n}." for n in predictions.attrs.get("notes", []))
             )
+        if at_splits is not None and len(at_splits):  # the predictors return the candidates' rows in order
+            predictions["split_a"] = candidates["split_a"].to_numpy()
     if "device_name" in predictions.columns and (predictions["device_name"].astype(str) == device).any():
         predictions = predictions[predictions["device_name"].astype(str) == device]
+    view_at = None
+    if "split_a" in predictions.columns:
+        under = splits.knob_rows(predictions)
+        if at_splits is not None:
+            view_at = splits.at_predictions(predictions, truth.workloads)
+        predictions = predictions[~under]
     table = SlowdownTable.from_predictions(predictions, device_name=None, workloads=truth.workloads)
-    return table, note
+    return table, note, view_at
 
 
 def prediction_candidates(pairs: pd.DataFrame, truth: SlowdownTable, device: str) -> pd.DataFrame:
@@ -429,7 +566,8 @@ def jct_unit(sim: dict) -> tuple[str, float]:
 
 
 def verdict(sim: dict, ours: str = "sharewise", unit: tuple[str, float] = ("h", 3600.0),
-            shared: dict[str, int | None] | None = None, noise: bool = False) -> list[str]:
+            shared: dict[str, int | None] | None = None, noise: bool = False,
+            bounded: dict[str, list[dict]] | None = None) -> list[str]:
     """Say in plain words where ``ours`` stands in a ``simulate --json`` result, and why when it does not win.
 
     Ours wins a run when its average JCT is the lowest (within 1%) and it has no more SLO violations than any
@@ -438,10 +576,18 @@ def verdict(sim: dict, ours: str = "sharewise", unit: tuple[str, float] = ("h", 
     ``shared`` (per policy, how many jobs ever shared a GPU; None where unknown): where ours shared none, its
     average JCT says nothing of sharing, and the verdict says that instead of crediting or blaming sharing.
     ``noise``: the runs are physical, so runs that decided alike still differ by run-to-run noise.
+    Where jobs carry bounds (the slowdown contract), one line per policy says how many bounded jobs exceeded
+    theirs (``splits.bound_lines``; ``bounded``: each policy's bounded jobs, to name those that did).
 
     Example: ``["sharewise: average JCT 1.38 h, 0.76x exclusive-sjf, 0 SLO violation(s) of 300 jobs",
     "sjf-bsbf's average JCT is 14% lower, at the cost of 10 SLO violations to our 0: ..."]``
     """
+    return _jct_verdict(sim, ours, unit, shared, noise) + splits.bound_lines(sim, bounded)
+
+
+def _jct_verdict(sim: dict, ours: str, unit: tuple[str, float], shared: dict[str, int | None] | None,
+                 noise: bool) -> list[str]:
+    """``verdict``'s lines on the average JCT and the SLO."""
     pol = sim["policies"]
     if ours not in pol:
         return []

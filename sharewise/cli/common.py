@@ -214,3 +214,10 @@ def one_of(text: str, names) -> str:
     """Help text ending in the allowed values, read from a registry or a tuple: ``"Mode: cpu | mps."``."""
     listed = names.choices() if hasattr(names, "choices") else " | ".join(names)
     return f"{text}: {listed}."
+
+
+def bound_cell(m: dict) -> str:
+    """A run table's cell on the contract: ``"1/4 (25%)"`` bounded jobs over their bound, ``-`` for none."""
+    if not m.get("bounded_jobs"):
+        return "-"
+    return f"{m['bound_violations']}/{m['bounded_jobs']} ({m['bound_violation_rate']:.0%})"

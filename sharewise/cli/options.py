@@ -31,3 +31,15 @@ GROUP_BY_OPTION: str = typer.Option(
     "family", "--group-by", help=one_of("Out-of-fold predictions hold out this group", GROUP_BY)
 )
 TRACE_FORMAT: str = typer.Option(AUTO, "--format", help=one_of("Trace format", (AUTO, *TRACE_FORMATS.names())))
+SPLIT: str = typer.Option(
+    "auto", "--split",
+    help="The sharing knob under the slowdown contract: auto chooses each pair's split (a CPU quota, an MPS thread "
+    "percentage) where the data has slowdowns measured or predicted at splits and the mode has a knob; none never "
+    "splits (pairs share without one).",
+)
+BOUNDS: str = typer.Option(
+    "enforce", "--bounds",
+    help="Jobs' bounds from the trace's 'bound' column (a maximum slowdown, or 'protected'): enforce keeps them "
+    "through the policies' table (a pair that would break one does not share, or shares at a split that keeps "
+    "it); report schedules as without bounds and only counts the violations.",
+)

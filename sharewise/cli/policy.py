@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from sharewise.cli import options
-from sharewise.cli.common import Table, console, err_console, escape, one_of, print_json
+from sharewise.cli.common import Table, bound_cell, console, err_console, escape, one_of, print_json
 from sharewise.policy import REGISTRY as POLICIES
 from sharewise.policy import describe
 
@@ -61,6 +61,8 @@ def simulate(
     model: Path = options.MODEL,
     group_by: str = options.GROUP_BY_OPTION,
     max_slowdown: float = options.MAX_SLOWDOWN,
+    split: str = options.SPLIT,
+    bounds: str = options.BOUNDS,
     seed: int = typer.Option(0, "--seed", help="Seed of the Philly workload draw and of --speed-sigma."),
     speed_sigma: float = typer.Option(
         0.0, "--speed-sigma", help="Seeded log-normal spread of GPU speed factors (0: all 1.0)."
@@ -114,6 +116,8 @@ def simulate(
         observe=observe,
         round_s=round_s,
         preempt_delay_s=preempt_delay,
+        split=split,
+        bounds=bounds,
     )
     report = run_simulation(config)
     out = err_console if as_json else console
@@ -129,6 +133,7 @@ def simulate(
         return
     summary = report.to_json()
     unit, per = jct_unit(summary)  # a trace of seconds reads in seconds, one of days in hours
+    bounded = any(m.get("bounded_jobs") is not None for m in summary["policies"].values())
     table = Table(
         "policy",
         f"avg JCT ({unit})",
@@ -137,6 +142,7 @@ def simulate(
         f"avg queue ({unit})",
         "GPU util",
         "SLO violations",
+        *(("bound violations",) if bounded else ()),
         "sim (s)",
         title=(
             f"{report.n_jobs} jobs on {report.n_gpus} GPUs; policies see {report.view} slowdowns"
@@ -153,11 +159,12 @@ def simulate(
             f"{m['avg_queue'] / per:.2f}",
             f"{m['utilization']:.3f}",
             str(m["slo_violations"]),
+            *((bound_cell(m),) if bounded else ()),
             f"{r.wall_s:.2f}",
         )
     console.print(table)
     shared = {name: None if r.shared is None else int(r.shared.sum()) for name, r in report.results.items()}
-    for line in verdict(summary, unit=(unit, per), shared=shared):
+    for line in verdict(summary, unit=(unit, per), shared=shared, bounded=report.bounded_jobs()):
         console.print(line)
     for note in report.notes:
         console.print(f"[dim]note: {note}[/dim]")

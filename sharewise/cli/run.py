@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from sharewise.cli import options
-from sharewise.cli.common import Table, console, err_console, one_of, print_json
+from sharewise.cli.common import Table, bound_cell, console, err_console, one_of, print_json
 from sharewise.policy import REGISTRY as POLICIES
 from sharewise.runtime.lengths import DEFAULT_LENGTH_S
 
@@ -37,6 +37,8 @@ def run(
     device_name: str = options.DEVICE_NAME,
     size: str = typer.Option("small", "--size", help="Size of built-in workloads: tiny, small or full."),
     max_slowdown: float = options.MAX_SLOWDOWN,
+    split: str = options.SPLIT,
+    bounds: str = options.BOUNDS,
     round_s: float = options.ROUND_S,
     oracle: bool = options.ORACLE,
     observe: bool = options.OBSERVE,
@@ -91,7 +93,8 @@ def run(
         max_slowdown=max_slowdown, round_s=round_s, oracle=oracle, observe=observe,
         predictions=str(predictions) if predictions else None, model=str(model) if model else None,
         group_by=group_by, calibrate_s=calibrate, compare_sim=compare_sim, executor=executor, address=address,
-        default_length_s=default_length, metrics_port=metrics_port, metrics_host=metrics_host,
+        default_length_s=default_length, metrics_port=metrics_port, metrics_host=metrics_host, split=split,
+        bounds=bounds,
     )
     progress = RunProgress()
     try:
@@ -122,9 +125,10 @@ def render(summary: dict) -> None:
     """The runs' table (and the comparison with the simulator where it ran)."""
     dev = summary["device"]
     failed = any(m.get("failed") for m in summary["policies"].values())
+    bounded = any(m.get("bounded_jobs") is not None for m in summary["policies"].values())
     table = Table(
         "policy", "finished", "failed", "avg JCT (s)", "p95 JCT (s)", "makespan (s)", "avg queue (s)", "slot util",
-        "SLO violations", "preemptions",
+        "SLO violations", *(("bound violations",) if bounded else ()), "preemptions",
         title=f"{summary['jobs']} jobs run on {dev['slots']} {dev['kind']} slot(s) ({dev['device_name']}); "
         f"policies see {summary['view']} slowdowns",
         caption="JCT, queue and SLO columns are over the jobs that finished only" if failed else None,
@@ -134,7 +138,7 @@ def render(summary: dict) -> None:
         table.add_row(name, f"{m.get('finished', summary['jobs'])}/{summary['jobs']}",
                       f"[bold red]{n_failed}[/bold red]" if n_failed else "0", _num(m["avg_jct"]),
                       _num(m["p95_jct"]), _num(m["makespan"]), _num(m["avg_queue"]), f"{m['utilization']:.2f}",
-                      str(m["slo_violations"]), str(m["preemptions"]))
+                      str(m["slo_violations"]), *((bound_cell(m),) if bounded else ()), str(m["preemptions"]))
     console.print(table)
     for line in summary["verdict"]:
         console.print(line)
