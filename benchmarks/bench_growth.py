@@ -1,6 +1,6 @@
 """Benchmark: the growth table, the cost of every user-scaled path at n and 10n side by side (limit 20x).
 
-Runs the growth checks of ``tests/test_growth.py`` (CI runs them too, in the fast subset) and prints what each
+Runs the growth checks of ``tests/project/test_growth.py`` (CI runs them too, in the fast subset) and prints what each
 measured: CPU time on one thread at ``n`` and ``10 n``, best of interleaved repeats, their ratio, and the
 foreign CPU load of its window. Linear work grows about 10x, an O(n^2) or O(jobs x GPUs) path about 100x;
 a check fails above 20x (``tests/loadguard.py`` says when it retries or skips instead).
@@ -30,7 +30,8 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory(prefix="sharewise-bench-growth-") as tmp:
         report = Path(tmp) / "growth.jsonl"
         env = {**os.environ, "SHAREWISE_GROWTH_REPORT": str(report)}
-        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(REPO / "tests" / "test_growth.py")]
+        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+               str(REPO / "tests" / "project" / "test_growth.py")]
         if args.k:
             cmd += ["-k", args.k]
         proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)

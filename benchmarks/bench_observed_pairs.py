@@ -37,6 +37,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests" / "runtime"))
 sys.path.insert(0, str(REPO / "tests"))  # the sitting of the real-Prometheus test, run here at benchmark length
 
 from test_observe_prometheus import JOBS, PrometheusServer, free_port, observed_sitting  # noqa: E402

@@ -24,7 +24,8 @@ import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))  # the real-Prometheus helper of tests/test_observe_prometheus.py
+sys.path.insert(0, str(REPO / "tests" / "runtime"))
+sys.path.insert(0, str(REPO / "tests"))  # the real-Prometheus helper of tests/runtime/test_observe_prometheus.py
 
 SERIES = ("sharewise_run_job_observed_slowdown", "sharewise_run_job_predicted_slowdown_p50",
           "sharewise_run_job_predicted_slowdown_p90", "sharewise_run_job_steps_per_second")

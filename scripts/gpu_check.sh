@@ -68,7 +68,7 @@
 #   it counts
 # A CPU dry run: DEVICE=cpu SIZE=tiny WORKLOADS="a3c ncf dae_cf" MODES=cpu WINDOW=0.2 PHYS_WORKLOADS="a3c ncf"
 # CMD_PARTNER=ncf bash scripts/gpu_check.sh (the smoke stage's nvidia-smi and the GPU test stage are skipped there,
-# with the reason printed; tests/test_gpu_check.py runs it with every import refused that the GPU image lacks).
+# with the reason printed; tests/project/test_gpu_check.py runs it with every import refused that the GPU image lacks).
 #
 # Uses the machine's python3 with its CUDA PyTorch (never pulls a CPU wheel). The GPU image has no XGBoost (which
 # `run`'s predictions need) and no orjson (the CLI does without): carry wheels in .whl/ (scripts/gpu_image_packages.txt
@@ -583,10 +583,10 @@ if selected tests; then
   else
     # `run --device cuda` starts a CUDA process per job (over a minute): the physical stage runs it for real.
     deselect=()
-    selected physical && deselect=(--deselect tests/test_gpu.py::test_a_short_run_on_the_gpu_finishes_every_job)
+    selected physical && deselect=(--deselect tests/profiler/test_gpu.py::test_a_short_run_on_the_gpu_finishes_every_job)
     # -v names each test as it ends and faulthandler dumps the stacks of one that hangs: a cut stage says where.
     run_stage tests "$TESTS_LIMIT" "$PY" -m pytest -v -p no:cacheprovider -o faulthandler_timeout=40 --durations=0 \
-      -m gpu "${deselect[@]}" tests/test_gpu.py tests/test_nvml.py tests/test_command_runs.py tests/test_pairs.py
+      -m gpu "${deselect[@]}" tests/profiler/test_gpu.py tests/profiler/test_nvml.py tests/profiler/test_command_runs.py tests/profiler/test_pairs.py
   fi
 fi
 

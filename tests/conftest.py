@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import sys
 import tempfile
 import time
 import types
@@ -13,6 +14,14 @@ import pandas as pd
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+# Tests are grouped by package (tests/<package>/test_*.py, no __init__.py: each module keeps its bare name, so
+# names are unique across folders); helpers shared by several (conftest, loadguard, policy_cases, test_predictor's
+# builders ...) are imported by bare name from any folder, whatever order pytest collects them in.
+for _folder in sorted({p.parent for p in Path(__file__).resolve().parent.glob("*/test_*.py")}):
+    if str(_folder) not in sys.path:
+        sys.path.insert(0, str(_folder))
+if str(Path(__file__).resolve().parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
 FIXTURES = REPO / "tests" / "fixtures"
 USER_WORKLOADS = FIXTURES / "user_workloads.py"
 

@@ -36,7 +36,7 @@ it without knowing the load its window ran under. The rules, one tool each:
    of the linear work at ``n`` (then ``10 n`` costs more than 20x): size ``n`` for that, and check it by
    making the path quadratic on purpose once.
 
-Everything here is plain functions over ``hostload``'s meters; ``tests/test_profiler_hostload.py`` tests them.
+Everything here is plain functions over ``hostload``'s meters; ``tests/profiler/test_profiler_hostload.py`` tests them.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 The one implementation of each rule: ``free_gpus.packed_block``, ``pal.fastest_block``, the sharing baselines'
 bookkeeping and ``sharewise``'s kernels all call these. ``tests/policy_oracles.py`` holds the Python rules they
-replaced, and ``tests/test_policy_kernels.py`` holds them equal. A GPU is free where ``occupancy`` is 0 (any array
-whose free entries compare equal to 0: counts of jobs, or a mask of the GPUs not free).
+replaced, and ``tests/policy/test_policy_kernels.py`` holds them equal. A GPU is free where ``occupancy`` is 0 (any
+array whose free entries compare equal to 0: counts of jobs, or a mask of the GPUs not free).
 """
 
 from __future__ import annotations

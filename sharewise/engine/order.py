@@ -1,7 +1,7 @@
 """Compiled orderings the policies share: stable sorts, the smallest few, and longest-remaining-first.
 
 numba's own sorts take seconds to compile, so these are written out; each gives exactly what the numpy call
-it replaces gives (``tests/test_policy_kernels.py`` holds them to numpy and to ``tests/policy_oracles.py``).
+it replaces gives (``tests/policy/test_policy_kernels.py`` holds them to numpy and to ``tests/policy_oracles.py``).
 """
 
 from __future__ import annotations

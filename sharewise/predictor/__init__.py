@@ -5,7 +5,7 @@ can read the option names of ``sharewise.predictor.choices`` without scikit-lear
 loads on the first fit or load.
 
 Layers, as scikit-learn's estimator < model selection < calibration; a module imports only modules listed before
-it, at the top of the file (``tests/test_import_layers.py`` fails on any import cycle):
+it, at the top of the file (``tests/project/test_import_layers.py`` fails on any import cycle):
 
 1. ``choices``, ``params``, ``validation``, ``memory``, ``completion``: no predictor imports;
 2. features: ``pair_features`` < ``feature_state`` < ``profile_join`` < ``featurizer``; ``baselines``;

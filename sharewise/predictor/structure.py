@@ -159,18 +159,54 @@ def _keys(meta: pd.DataFrame) -> np.ndarray:
     )
 
 
-def _log_sensitivity(X: pd.DataFrame) -> np.ndarray:
-    out = np.zeros(len(X))
-    if SENSITIVITY in X.columns:
-        v = X[SENSITIVITY].to_numpy(dtype=np.float64)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            logged = np.log(v)
-        out = np.where(np.isfinite(logged) & (v > 0), logged, 0.0)
-    if PAIR_SHARE_SLOWDOWN in X.columns:  # under the knob, the share's own cost is the starting point
-        knob = X[PAIR_SHARE_SLOWDOWN].to_numpy(dtype=np.float64)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            out = np.where(np.isfinite(knob) & (knob > 0), np.log(knob), out)
-    return out
+def _log_of(X: pd.DataFrame, column: str) -> np.ndarray:
+    """``log X[column]`` where it is a positive number, NaN elsewhere (and where the column is missing)."""
+    if column not in X.columns:
+        return np.full(len(X), np.nan)
+    v = X[column].to_numpy(dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(np.isfinite(v) & (v > 0), np.log(np.where(v > 0, v, 1.0)), np.nan)
+
+
+def _log_sensitivity(X: pd.DataFrame, knob_slope: float = 0.0) -> np.ndarray:
+    """Each row's starting point in log slowdown: ``log probe`` without the knob; under it, the share's own cost
+    plus ``knob_slope`` x ``log probe`` (the job's sensitivity to what the knob does not split, ``fit_knob_slope``).
+    """
+    probe = _log_of(X, SENSITIVITY)
+    out = np.where(np.isfinite(probe), probe, 0.0)
+    knob = _log_of(X, PAIR_SHARE_SLOWDOWN)  # under the knob, the share's own cost is the starting point
+    return np.where(np.isfinite(knob), knob + knob_slope * np.where(np.isfinite(probe), probe, 0.0), out)
+
+
+#: The knob slope is fitted on at least this many rows under the knob, spread over at least two workloads' probe
+#: slowdowns, and kept within ``KNOB_SLOPE_RANGE``.
+KNOB_SLOPE_RANGE = (0.0, 1.5)
+
+
+def fit_knob_slope(X: pd.DataFrame, y: np.ndarray, meta: pd.DataFrame, w: np.ndarray) -> float:
+    """The slope of a job's probe sensitivity in its slowdown under the knob (0 where the rows cannot tell).
+
+    A share of the device splits the resource the knob controls (CPU time, SMs), not the caches and memory
+    bandwidth the partner still presses on; so under the knob a job slows by its share's own cost
+    (``share_slowdown``) times a power of its sensitivity. Weighted least squares of ``log y - log share
+    cost`` on one level per device and mode and ``log probe``, over the rows under the knob. Measured on this
+    project's CPU (``benchmarks/bench_contract.py``, 60 ordered rows at three splits): slope 0.79, and the
+    spread of log slowdown around the share's cost fell from 0.23 to 0.14.
+    """
+    knob = _log_of(X, PAIR_SHARE_SLOWDOWN)
+    probe = _log_of(X, SENSITIVITY)
+    rows = np.isfinite(knob) & np.isfinite(probe)
+    if rows.sum() < MIN_TERM_ROWS or np.unique(np.round(probe[rows], 9)).size < 2:
+        return 0.0
+    keys = _keys(meta)[rows]
+    D = np.column_stack([(keys == k).astype(np.float64) for k in sorted(set(keys))])
+    target = np.log(np.asarray(y, dtype=np.float64)[rows]) - knob[rows]
+    # Centred within each level, as the partner terms are: the slope carries the job's difference only.
+    centred = probe[rows] - D @ _weighted_levels(D, probe[rows], w[rows])
+    if np.sqrt(np.average(centred**2, weights=w[rows])) <= 1e-9:
+        return 0.0
+    coef = _wls(np.column_stack([D, centred]), target, w[rows], ridge_from=D.shape[1])
+    return float(np.clip(coef[-1], *KNOB_SLOPE_RANGE))
 
 
 def _term(X: pd.DataFrame, name: str) -> np.ndarray:
@@ -196,7 +232,8 @@ def fit_structure(X: pd.DataFrame, y: np.ndarray, meta: pd.DataFrame, weights: n
     The ``*_probe`` levels are those of the model without partner terms (structure ``offset``).
     """
     w = np.ones(len(y)) if weights is None else np.asarray(weights, dtype=np.float64)
-    target = np.log(np.asarray(y, dtype=np.float64)) - _log_sensitivity(X)
+    slope = fit_knob_slope(X, y, meta, w)
+    target = np.log(np.asarray(y, dtype=np.float64)) - _log_sensitivity(X, slope)
     keys = _keys(meta)
     names = sorted(set(keys))
     D = np.column_stack([(keys == k).astype(np.float64) for k in names])
@@ -229,7 +266,8 @@ def fit_structure(X: pd.DataFrame, y: np.ndarray, meta: pd.DataFrame, weights: n
         "levels_probe": {k: float(v) for k, v in zip(names, levels_probe, strict=True)},
         "pooled_level_probe": float(np.average(levels_probe, weights=share)),
         "terms": terms,
-        "linear": fit_linear(X, y, w),
+        "knob_slope": slope,
+        "linear": fit_linear(X, y, w, knob_slope=slope),
     }
 
 
@@ -250,13 +288,13 @@ def _signed_log(values: np.ndarray) -> np.ndarray:
     return np.sign(values) * np.log1p(np.abs(values))
 
 
-def fit_linear(X: pd.DataFrame, y: np.ndarray, weights: np.ndarray | None = None) -> dict:
+def fit_linear(X: pd.DataFrame, y: np.ndarray, weights: np.ndarray | None = None, knob_slope: float = 0.0) -> dict:
     """Fit structure ``linear``: ridge regression of ``log y - log probe`` on every feature of ``X`` (signed log,
     the training median for a missing value, standardized), weighted; return its JSON-ready state, e.g.
     ``{"columns": [...], "median": [...], "mean": [...], "scale": [...], "coef": [...], "intercept": 0.1,
     "range": [-0.2, 0.9]}`` (predictions are clipped to the training range of the target, as the baseline's)."""
     w = np.ones(len(y)) if weights is None else np.asarray(weights, dtype=np.float64)
-    target = np.log(np.asarray(y, dtype=np.float64)) - _log_sensitivity(X)
+    target = np.log(np.asarray(y, dtype=np.float64)) - _log_sensitivity(X, knob_slope)
     # The partner's measured effect is left out: it is unknown for a partner on a device without pairs (the
     # case this structure is for), and a ridge fitted where it is known leans on it (Gavel, each GPU held out:
     # 24.7% MAPE with it, 22.1% without).
@@ -283,6 +321,7 @@ def fit_linear(X: pd.DataFrame, y: np.ndarray, weights: np.ndarray | None = None
         "coef": coef.tolist(),
         "intercept": center,
         "range": [float(target.min()), float(target.max())],
+        **({"knob_slope": knob_slope} if knob_slope else {}),
     }
 
 
@@ -298,7 +337,7 @@ def apply_linear(state: Mapping, X: pd.DataFrame) -> np.ndarray:
     V = np.where(np.isfinite(V), V, median)
     Z = (V - np.asarray(state["mean"])) / np.asarray(state["scale"])
     raw = state["intercept"] + Z @ np.asarray(state["coef"], dtype=np.float64)
-    return _log_sensitivity(X) + np.clip(raw, *state["range"])
+    return _log_sensitivity(X, state.get("knob_slope", 0.0)) + np.clip(raw, *state["range"])
 
 
 def apply_structure(state: Mapping, X: pd.DataFrame, meta: pd.DataFrame) -> tuple[np.ndarray, ...]:
@@ -307,7 +346,7 @@ def apply_structure(state: Mapping, X: pd.DataFrame, meta: pd.DataFrame) -> tupl
     ``X`` and ``meta`` as in ``fit_structure``; a level the state lacks takes the pooled level, a missing
     term value its training mean.
     """
-    base = _log_sensitivity(X)
+    base = _log_sensitivity(X, state.get("knob_slope", 0.0))
     keys = _keys(meta)
     probe_levels, levels = state["levels_probe"], state["levels"]
     probe = base + np.asarray([probe_levels.get(k, state["pooled_level_probe"]) for k in keys], dtype=np.float64)
@@ -324,9 +363,12 @@ def apply_structure(state: Mapping, X: pd.DataFrame, meta: pd.DataFrame) -> tupl
 def describe_structure(state: Mapping, structure: str) -> str:
     """One line that says what the structure's offset is, e.g. ``"log probe slowdown + level (NVIDIA H200|
     timeslice 0.07) + 0.52 x (log partner_f_probe_pressure - 0.84)"``."""
+    knob = state.get("knob_slope", 0.0)
+    under = (f"; under the knob: log share cost + {knob:.2f} x log probe slowdown" if knob else
+             "; under the knob: log share cost") if any(k.endswith("|split") for k in state["levels"]) else ""
     if structure == "linear":
         n = len(state["linear"]["columns"])
-        return f"log probe slowdown + ridge regression on {n} pair features (standardized signed logs)"
+        return f"log probe slowdown + ridge regression on {n} pair features (standardized signed logs){under}"
     levels = state["levels_probe"] if structure == "offset" else state["levels"]
     start = "log probe slowdown" if state.get("sensitivity") else "median log slowdown"
     shown = ", ".join(f"{k} {v:+.3f}" for k, v in list(levels.items())[:4])
@@ -336,4 +378,4 @@ def describe_structure(state: Mapping, structure: str) -> str:
         for name, term in state["terms"].items():
             inner = f"log {name}" if term["log"] else name
             text += f" {'+' if term['coef'] >= 0 else '-'} {abs(term['coef']):.3f} x ({inner} - {term['center']:.3f})"
-    return text
+    return text + under

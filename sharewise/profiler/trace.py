@@ -241,7 +241,7 @@ def profiler_events(prof: Any) -> list[_Event]:
     interval holds it), without what the features do not read (shapes, stacks, memory, the statistics
     tree). ``prof.events()`` builds a full ``FunctionEvent`` per event in Python: for three profiled ``ppo``
     steps (about 120,000 raw events) ``collect_events`` took 6.6 s with it and 1.0 s with this; the two give
-    identical events for all 19 zoo workloads (``tests/test_features.py`` checks two).
+    identical events for all 19 zoo workloads (``tests/profiler/test_features.py`` checks two).
     """
     import torch
     from torch.autograd import DeviceType

@@ -19,7 +19,7 @@ from sharewise.datasets.store import Dataset
 
 pytestmark = pytest.mark.slow  # every test here runs whole campaigns through the CLI
 
-USER_WORKLOADS = Path(__file__).resolve().parent / "fixtures" / "user_workloads.py"
+USER_WORKLOADS = Path(__file__).resolve().parents[1] / "fixtures" / "user_workloads.py"
 WORKER_MODULE = "sharewise.profiler.worker"
 SEED = 20261130  # the kill moments are random but reproducible; change it to explore other moments
 

@@ -24,7 +24,7 @@ from sharewise.engine.table import SlowdownTable
 from sharewise.errors import InvalidPlacementError, TraceError, UnknownRateError
 from sharewise.policy import Placement, get_policy, policy_names
 
-GOLDEN = Path(__file__).resolve().parent / "golden"
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 DEVICE = "gpu-x"
 
 
@@ -82,7 +82,7 @@ def test_golden_trace(tmp_path):
     The expected file is written by the function the CLI calls (``run_simulation``). After an intended
     change of behaviour, regenerate it and review the diff:
 
-        SHAREWISE_REGEN_GOLDEN=1 .venv/bin/pytest tests/test_simulator.py -k golden
+        SHAREWISE_REGEN_GOLDEN=1 .venv/bin/pytest tests/engine/test_simulator.py -k golden
     """
     report = run_simulation(golden_config(golden_dataset(tmp_path / "truth")))
     got = report.to_json()

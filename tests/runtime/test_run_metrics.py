@@ -30,7 +30,7 @@ from sharewise.runtime.metrics import JOB_LABELS, METRICS, JobView, MetricsPortE
 pytest.importorskip("prometheus_client", reason="prometheus-client is a core dependency: pip install -e .")
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
-DASHBOARD = Path(__file__).resolve().parents[1] / "docs" / "assets" / "grafana" / "sharewise-run.json"
+DASHBOARD = Path(__file__).resolve().parents[2] / "docs" / "assets" / "grafana" / "sharewise-run.json"
 
 
 def scrape(url: str) -> dict:
@@ -185,14 +185,14 @@ def test_a_run_serves_its_jobs_series_while_they_run(tmp_path):
 
 
 def test_the_guide_lists_every_metric_the_exporter_serves():
-    guide = (Path(__file__).resolve().parents[1] / "docs" / "guides" / "live-metrics.md").read_text()
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "guides" / "live-metrics.md").read_text()
     listed = set(re.findall(r"^\| `(sharewise_run_\w+)`", guide, re.MULTILINE))
     served = {name + ("_total" if kind == "counter" else "") for name, (kind, _) in METRICS.items()}
     assert listed == served
 
 
 # ---- the guide's queries and the dashboard's panels, asked of a real Prometheus ---------------------------------
-GUIDE = Path(__file__).resolve().parents[1] / "docs" / "guides" / "live-metrics.md"
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "guides" / "live-metrics.md"
 
 
 def _served_view(policy: str, jobs: tuple[JobView, ...], slot_jobs: tuple[int, ...]) -> PolicyView:

@@ -175,7 +175,7 @@ def test_gpu_tests_are_marked_and_skip_here():
     for fn in tests:
         marks = {ast.unparse(d) for d in fn.decorator_list}
         assert "pytest.mark.gpu" in marks, f"{fn.name} lacks @pytest.mark.gpu"
-    assert os.path.exists(Path(__file__).parents[1] / "scripts" / "gpu_check.sh")
+    assert os.path.exists(Path(__file__).parents[2] / "scripts" / "gpu_check.sh")
 
 
 # ---- the GPU window: a campaign starts its CUDA workers together, not pair by pair ---------------------------

@@ -185,7 +185,7 @@ def test_split_and_bounds_options_refuse_other_values(tmp_path, capsys):
 
 
 # ---- sharewise run: the split applied to real jobs (slow: real processes, a real cgroup) ---------------------
-FIXTURE = Path(__file__).resolve().parent / "fixtures" / "physical_workloads.py"
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "physical_workloads.py"
 SLEEP = f"{FIXTURE}:SleepStep"
 
 

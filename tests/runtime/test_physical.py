@@ -40,7 +40,7 @@ from sharewise.policy import get_policy
 from sharewise.runtime.sitting import Sitting
 from sharewise.runtime.world import Segment
 
-FIXTURE = Path(__file__).resolve().parent / "fixtures" / "physical_workloads.py"
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "physical_workloads.py"
 #: Foreign load above which a failed timing expectation is the machine's, not the code's: the jobs step by
 #: sleeping, so only start-ups and the polling stretch under load, and only a heavy load reorders them.
 BUSY = 0.25

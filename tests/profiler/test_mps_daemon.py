@@ -25,7 +25,7 @@ from sharewise.profiler.config import RunConfig
 from sharewise.profiler.modes import SHARING_MODES, mps
 from sharewise.profiler.modes.mps import MpsDaemon
 
-FAKE = Path(__file__).parent / "fixtures" / "fake_mps_control.sh"
+FAKE = Path(__file__).parents[1] / "fixtures" / "fake_mps_control.sh"
 #: Generous bound for what must be prompt: the old code blocked 30 s here; a busy 2-core machine takes well under 10.
 PROMPT_S = 10.0
 

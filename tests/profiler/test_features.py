@@ -35,7 +35,7 @@ from sharewise.profiler.trace import (
 from sharewise.profiler.workloads import load_workload_class
 from sharewise.profiler.workloads.base import Workload
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 
 
 @pytest.fixture(autouse=True)

@@ -33,7 +33,7 @@ FAST = RunConfig(
     disturbance_retries=0,
     features=False,
 )
-USER_WORKLOADS = Path(__file__).resolve().parent / "fixtures" / "user_workloads.py"
+USER_WORKLOADS = Path(__file__).resolve().parents[1] / "fixtures" / "user_workloads.py"
 THREE = [f"{USER_WORKLOADS}:{c}" for c in ("TinyMLP", "TinyConv", "TinyEmbed")]
 WORKER_MODULE = "sharewise.profiler.worker"
 

@@ -17,7 +17,7 @@ from loadguard import LoadWindow
 from sharewise.datasets.store import Dataset
 from sharewise.profiler.campaign import all_pairs
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "gpu_check.sh"
 WORKLOADS = ["a3c", "ncf"]  # the fastest at size tiny: two profiles and three pairs keep the dry run short
 # Short windows and few repeats: the dry run checks the plumbing, not the numbers.
@@ -32,7 +32,7 @@ DRY_RUN = {
     "MAX_REPEATS": "2",
     "PROFILE_REPEATS": "2",
     "CI_TARGET": "50",
-    "EXTEND": "0",  # extensions cost time; tests/test_profiler_campaign.py runs one for real
+    "EXTEND": "0",  # extensions cost time; tests/profiler/test_profiler_campaign.py runs one for real
     "IDLE_WAIT": "0",
     "RUN_TIMEOUT": "60",
     "SMOKE_LIMIT": "60",

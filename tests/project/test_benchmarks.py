@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 BENCHMARKS = REPO / "benchmarks"
 RESULTS = BENCHMARKS / "results"
 PROGRAMS = sorted(BENCHMARKS.glob("*.py"))

@@ -19,8 +19,12 @@ from sharewise.predictor.capacity import select_structure, tree_splits
 from sharewise.predictor.choices import STRUCTURES
 from sharewise.predictor.conformal import MIN_LEVEL_SCORES, fit_calibration
 from sharewise.predictor.structure import (
+    MIN_TERM_ROWS,
     OFFSET_OF,
+    PAIR_SHARE_SLOWDOWN,
     apply_structure,
+    describe_structure,
+    fit_knob_slope,
     fit_structure,
     precision_weights,
 )
@@ -69,6 +73,49 @@ def test_the_structured_offset_recovers_a_sensitivity_times_pressure_law():
     X2 = X.iloc[:1].assign(partner_f_probe_pressure=np.nan)
     _, unseen, _ = apply_structure(state, X2, meta.iloc[:1].assign(device_name="other"))
     assert unseen[0] == pytest.approx(np.log(sens[0]) + state["pooled_level"])
+
+
+def _knob_rows(n, slope, seed=0):
+    """``n`` rows without the knob (slowdown = probe x e^0.1) and ``n`` under it (share cost x probe^slope x
+    e^-0.2), the two kinds the featurizer gives: a row under the knob has a finite ``pair_share_slowdown``."""
+    rng = np.random.default_rng(seed)
+    probe = rng.uniform(1.1, 2.1, 2 * n)
+    cost = np.where(np.arange(2 * n) >= n, rng.uniform(1.2, 3.0, 2 * n), np.nan)
+    share = np.where(np.isfinite(cost), rng.choice([0.3, 0.5, 0.7], 2 * n), np.nan)
+    y = np.where(np.isfinite(cost), cost * probe**slope * np.exp(-0.2), probe * np.exp(0.1))
+    X = pd.DataFrame({"self_f_probe_slowdown": probe, PAIR_SHARE_SLOWDOWN: cost})
+    meta = pd.DataFrame({"device_name": "cpu", "mode": "cpu", "self_share": share}, index=X.index)
+    return X, y, meta
+
+
+def test_under_the_knob_a_jobs_sensitivity_enters_with_its_fitted_slope():
+    # log s = log share cost + 0.8 log probe - 0.2 under the knob, log probe + 0.1 without it: the slope is found
+    # on the knob's rows alone, each kind keeps its own level, and the offset reproduces every row.
+    X, y, meta = _knob_rows(30, 0.8)
+    assert fit_knob_slope(X, y, meta, np.ones(len(y))) == pytest.approx(0.8, abs=0.01)
+    state = fit_structure(X, y, meta)
+    assert state["knob_slope"] == pytest.approx(0.8, abs=0.01)
+    assert state["levels_probe"]["cpu|cpu"] == pytest.approx(0.1, abs=1e-6)
+    assert state["levels_probe"]["cpu|cpu|split"] == pytest.approx(-0.2, abs=0.01)
+    probe, _full, linear = apply_structure(state, X, meta)
+    np.testing.assert_allclose(np.exp(probe), y, rtol=0.01)
+    # ``linear`` starts from the same point: its ridge has only the two levels' gap (0.3) left, and narrows it.
+    assert np.abs(linear - np.log(y)).max() < 0.3
+    assert f"under the knob: log share cost + {state['knob_slope']:.2f} x log probe slowdown" in describe_structure(
+        state, "offset")
+    # Rows without the knob are predicted as before: the slope touches only rows under it.
+    plain = fit_structure(X[meta["self_share"].isna()], y[meta["self_share"].isna()], meta[meta["self_share"].isna()])
+    assert plain["knob_slope"] == 0.0 and "under the knob" not in describe_structure(plain, "offset")
+
+
+def test_the_knob_slope_is_zero_where_the_rows_cannot_tell_it():
+    X, y, meta = _knob_rows(MIN_TERM_ROWS - 1, 0.8)
+    assert fit_knob_slope(X, y, meta, np.ones(len(y))) == 0.0  # too few rows under the knob
+    X, y, meta = _knob_rows(30, 0.8)
+    X["self_f_probe_slowdown"] = 1.5  # one sensitivity: nothing to fit a slope on
+    assert fit_knob_slope(X, y, meta, np.ones(len(y))) == 0.0
+    X, y, meta = _knob_rows(30, 4.0)  # an implausible slope is held to the range
+    assert fit_knob_slope(X, y, meta, np.ones(len(y))) == 1.5
 
 
 def test_precision_weights_let_a_noisy_row_count_less():

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures"
 #: Two ordinary training scripts (they import nothing from sharewise), on the CPU, forever until stopped.
 JOBS = {

@@ -243,7 +243,7 @@ def test_unknown_builtin_lists_every_known_name():
 
 # --- a user's own model without a wrapper (plain classes, torch.nn.Module) -------------------------
 
-OWN_MODELS = Path(__file__).resolve().parent / "fixtures" / "own_models.py"
+OWN_MODELS = Path(__file__).resolve().parents[1] / "fixtures" / "own_models.py"
 
 
 def test_plain_class_with_no_constructor_arguments_is_a_workload():

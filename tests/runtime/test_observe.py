@@ -18,7 +18,7 @@ import pytest
 
 from sharewise.profiler.exporter import INFO_SERIES, LAST_STEP, STEPS_SERIES, cpu_list, parse_cpu_list
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SHAREWISE = [sys.executable, "-m", "sharewise"]
 # A script that is no training job at all: it steps by the standard library's audit call, 10 ms apart.
 STEPPER = "import sys, time\nfor _ in range({n}):\n    sys.audit('sharewise.step'); time.sleep(0.01)\nprint('done')"
