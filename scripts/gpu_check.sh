@@ -603,12 +603,16 @@ from sharewise.datasets.store import Dataset
 path, n, modes = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 ds = Dataset(path)
 profiles, pairs = ds.read_profiles(), ds.read_pairs()
+# The pairs under the knob (the mps-split stage: a finite split_a) are counted apart from the matrix.
+knob = pairs["split_a"].notna() if "split_a" in pairs else pairs["mode"].isna()
 for mode in sorted(set(modes) | set(profiles["mode"]) | set(pairs["mode"])):
-    p, q = profiles[profiles["mode"] == mode], pairs[pairs["mode"] == mode]
+    p, q = profiles[profiles["mode"] == mode], pairs[(pairs["mode"] == mode) & ~knob]
     probe = int(p["f_probe_slowdown"].notna().sum()) if "f_probe_slowdown" in p else 0
     status = q["status"].value_counts().to_dict()
+    under = pairs[(pairs["mode"] == mode) & knob]
+    split = f"  under the knob {int((under['status'] == 'ok').sum())} ok of {len(under)}" if len(under) else ""
     print(f"dataset {mode:<14} profiles {len(p)} ({probe} with probe)  pairs {status.get('ok', 0)} ok of "
-          f"{n * (n + 1) // 2} planned  status {status}")
+          f"{n * (n + 1) // 2} planned  status {status}{split}")
 EOF
 else
   echo "no dataset folder: no stage measured anything" | tee -a "$SUMMARY"

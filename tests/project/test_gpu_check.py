@@ -114,7 +114,8 @@ def test_cpu_dry_run_packs_profiles_and_every_pair(tmp_path):
     assert "nvidia-smi skipped (DEVICE=cpu" in proc.stdout
     # The profiles are measured by the first mode's campaign, in the workers its pairs then use (the solo rule).
     assert "profile skipped: 2 profile(s) left to pairs-cpu, whose pairs reuse their workers" in proc.stdout
-    assert "mps-split skipped: not in the code yet (issue 48)" in proc.stdout
+    # The split stage runs on the CPU too, under the cgroup quota (the CPU's knob), at 70:30 only.
+    assert "under the knob 3 ok of 3" in proc.stdout
 
     work = unpack(out, tmp_path / "x")
     ds = Dataset(work / "dataset")
@@ -125,8 +126,11 @@ def test_cpu_dry_run_packs_profiles_and_every_pair(tmp_path):
 
     pairs = ds.read_pairs()
     expected = {tuple(sorted((WORKLOADS[i], WORKLOADS[j]))) for i, j in all_pairs(WORKLOADS)}
-    got = {tuple(sorted(ab)) for ab in zip(pairs["workload_a"], pairs["workload_b"], strict=True)}
-    assert len(expected) == 3 and got == expected
+    under = pairs["split_a"].notna()
+    assert sorted(pairs.loc[under, "split_a"]) == [70.0] * 3, pairs[["workload_a", "workload_b", "split_a"]]
+    for rows in (pairs[~under], pairs[under]):  # the matrix without the knob, and again at 70:30
+        got = {tuple(sorted(ab)) for ab in zip(rows["workload_a"], rows["workload_b"], strict=True)}
+        assert len(expected) == 3 and got == expected
     assert (pairs["status"] == "ok").all(), pairs[["workload_a", "workload_b", "status", "error"]]
     assert set(pairs["mode"]) == {"cpu"} and set(pairs["isolation"]) == {"warm"}
     # Each row says whether its interval met CI_TARGET; a miss is flagged, never shipped as equal.
@@ -149,7 +153,7 @@ def test_cpu_dry_run_packs_profiles_and_every_pair(tmp_path):
         assert line in meta, f"meta.txt lacks {line!r}"
     summary = (work / "summary.txt").read_text()
     assert "pairs 3 ok of 3 planned" in summary
-    for stage in ("smoke", "pairs-cpu", "physical", "command"):
+    for stage in ("smoke", "pairs-cpu", "physical", "mps-split", "command"):
         assert any(line.split()[:2] == [stage, "ok"] for line in summary.splitlines()), summary
     stages = [line.split()[0] for line in summary.splitlines() if line.split()[1:2] in (["ok"], ["skipped"])]
     # Ordered by value: the measuring stages first, the GPU tests last.
@@ -185,7 +189,7 @@ def test_cpu_dry_run_packs_profiles_and_every_pair(tmp_path):
     assert "command skipped: finished in an earlier run" in proc.stdout
     again = Dataset(unpack(again_out, tmp_path / "y") / "dataset")
     assert len(again.read_profiles(latest=False)) == 2
-    assert len(again.read_pairs(latest=False)) == 3
+    assert len(again.read_pairs(latest=False)) == len(ds.read_pairs(latest=False)) == 6  # 3, and 3 at 70:30
 
     # The physical stage with few pairs, all of one workload: the 2026-12-04 H200 window's failure (5 pairs, all
     # of resnet18: holding each workload out in turn left nothing to train on). Its predictions now widen, saying so.
