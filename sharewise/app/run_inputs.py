@@ -12,7 +12,13 @@ import numpy as np
 import pandas as pd
 
 from sharewise.app import splits
-from sharewise.app.simulate import SimulationConfig, check_run_options, policies_tables, split_candidates
+from sharewise.app.simulate import (
+    SimulationConfig,
+    check_run_options,
+    model_grid,
+    policies_tables,
+    split_candidates,
+)
 from sharewise.datasets.store import open_dataset, write_json_atomic
 from sharewise.datasets.traces import AUTO, Trace, TraceContext, load_trace
 from sharewise.engine.table import SlowdownTable
@@ -154,7 +160,7 @@ def prepare(config: PhysicalConfig) -> RunInputs:
     allowed, note = _memory_rule(prof, known, lay)
     notes.append(note)
     truth = truth.restricted(allowed)
-    grid = _model_grid(config)
+    grid = model_grid(config)
     contract_on = splits.wants_contract(config, bounds, knob_pairs, lay.mode, model_grid=bool(grid))
     at = None
     if contract_on and config.split == "auto" and lay.mode in splits.KNOB_MODES:
@@ -203,15 +209,6 @@ def _type_jobs(inputs: RunInputs, config: PhysicalConfig, pairs: pd.DataFrame, k
         inputs.knob = knob
         inputs.notes.append(f"each pair of job types that shares at a split runs under it: {knob.what} set per job "
                             f"({lay.mode}), its events in run.json ('split' with its share, 'release')")
-
-
-def _model_grid(config: PhysicalConfig) -> tuple[int, ...]:
-    """``splits.grid_for`` the model of ``--model`` (none without one)."""
-    if not config.model or config.oracle or config.predictions:
-        return ()
-    from sharewise.predictor import SlowdownRegressor
-
-    return splits.grid_for(SlowdownRegressor.load(config.model))
 
 
 def _knowledge_device(config: PhysicalConfig, pairs: pd.DataFrame, lay: Layout) -> tuple[str, list[str]]:

@@ -190,7 +190,7 @@ def prepare(config: SimulationConfig) -> SimulationInputs:
     bounds = splits.job_bounds(trace)  # a bad cell fails here, naming its line
     cluster = _cluster(config, trace, notes)
     mode = config.mode or _pairs_mode(pairs, device)
-    grid = _model_grid(config)
+    grid = model_grid(config)
     contract_on = splits.wants_contract(config, bounds, knob, mode, model_grid=bool(grid))
     at = None
     if contract_on and config.split == "auto" and mode in splits.KNOB_MODES:
@@ -247,8 +247,9 @@ def _pairs_mode(pairs: pd.DataFrame, device: str) -> str | None:
     return str(modes[0]) if len(modes) == 1 else None
 
 
-def _model_grid(config) -> tuple[int, ...]:
-    """``splits.grid_for`` the model of ``--model`` (none without one, or with --oracle / --predictions)."""
+def model_grid(config) -> tuple[int, ...]:
+    """``splits.grid_for`` the model of ``config.model`` (``--model``; none without one, or with --oracle /
+    --predictions); ``simulate`` and ``run`` both read their splits' grid here."""
     if not config.model or config.oracle or config.predictions:
         return ()
     from sharewise.predictor import SlowdownRegressor
