@@ -190,6 +190,7 @@ class CpuQuota(ShareKnob):
 
     def check(self) -> None:
         version, where = self.controller()
+        made = self._parent is None  # a check alone leaves nothing behind: the parent it made goes with it
         parent = self._ensure_parent(where)
         probe = parent / "check"
         try:
@@ -203,6 +204,9 @@ class CpuQuota(ShareKnob):
             ) from exc
         finally:
             _rmdir(probe)
+            if made and not self._groups:
+                _rmdir(parent)
+                self._parent = None
 
     def _ensure_parent(self, where: Path) -> Path:
         if self._parent is None:

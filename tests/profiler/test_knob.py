@@ -89,6 +89,24 @@ def _writable_cpu_controller() -> str | None:
 
 @pytest.mark.skipif(_writable_cpu_controller() is not None, reason=f"no writable cgroup CPU controller: "
                     f"{_writable_cpu_controller()}")
+def test_a_check_alone_leaves_no_cgroup_behind():
+    # ``pairs --split`` and ``run`` check the knob before anything runs; a check must not leave its process's
+    # cgroup on the machine (one empty ``sharewise-<pid>`` per command, before this was fixed).
+    knob = knob_for("cpu")
+    _version, where = knob.controller()
+    knob.check()
+    assert not (where / f"sharewise-{os.getpid()}").exists()
+    knob.apply(os.getpid(), 0.9)  # a knob in use keeps its parent through a later check, until it is closed
+    try:
+        knob.check()
+        assert (where / f"sharewise-{os.getpid()}").is_dir()
+    finally:
+        knob.close()
+    assert not (where / f"sharewise-{os.getpid()}").exists()
+
+
+@pytest.mark.skipif(_writable_cpu_controller() is not None, reason=f"no writable cgroup CPU controller: "
+                    f"{_writable_cpu_controller()}")
 def test_the_kernel_throttles_a_busy_process_to_its_quota_and_lets_it_go():
     knob = knob_for("cpu")
     busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
