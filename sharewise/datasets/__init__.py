@@ -6,7 +6,7 @@ the CLI reads the registries of ``datasets.traces`` and ``datasets.importers`` w
 
 from __future__ import annotations
 
-import importlib
+from sharewise.lazy import lazy_exports
 
 # Public name -> the module that defines it (one table: ``__all__``, ``__dir__`` and ``__getattr__`` read it).
 _EXPORTS = {
@@ -24,14 +24,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str):
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value  # later look-ups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

@@ -17,6 +17,7 @@ import numpy as np
 from sharewise.engine.free_gpus import packed_block
 from sharewise.engine.policy_types import ClusterState, Placement, Queue
 from sharewise.engine.table import SlowdownTable
+from sharewise.policy.exclusive import start_in_order
 
 
 def easy_backfill(queue: Queue, cluster: ClusterState, table: SlowdownTable, now: float) -> list[Placement]:
@@ -32,17 +33,12 @@ def easy_backfill(queue: Queue, cluster: ClusterState, table: SlowdownTable, now
     if n_free == 0 or len(queue) == 0:
         return []
     free = free.copy()
-    placements: list[Placement] = []
-    head = -1
-    for i in range(len(queue)):  # the queue is in arrival order
-        k = int(queue.gpus[i])
-        if k > n_free:
-            head = i
-            break
-        n_free -= k
-        chosen = packed_block(free, cluster.node, k)
-        free[chosen] = False
-        placements.append(Placement(int(queue.job[i]), tuple(int(g) for g in chosen)))
+    # FIFO until a job does not fit: that job (the earliest arrival not started; ties: the lower position, as the
+    # FIFO walk takes them) is the head to reserve for.
+    placements = start_in_order(queue, cluster, free, n_free, "fifo")
+    n_free -= sum(len(p.gpus) for p in placements)
+    rest = np.flatnonzero(~np.isin(queue.job, [p.job for p in placements]))
+    head = int(rest[np.argmin(queue.arrival[rest])]) if rest.size else -1
     need = int(queue.gpus[head]) if head >= 0 else 0
     if head < 0 or n_free == 0 or need > cluster.n_gpus:  # nothing left to start, or a head that never fits
         return placements

@@ -45,7 +45,7 @@ def exclusive(
     free = free.copy()
     gpus = queue.gpus
     if not backfill:
-        return _head_of_line(queue, cluster, free, n_free, order)
+        return start_in_order(queue, cluster, free, n_free, order)
     # Only jobs that fit on the free GPUs now can start; the loop then walks just those.
     fits = np.flatnonzero(gpus <= n_free)
     keys = queue_keys(queue, order)[fits]
@@ -63,7 +63,10 @@ def exclusive(
     return placements
 
 
-def _head_of_line(queue: Queue, cluster: ClusterState, free: np.ndarray, n_free: int, order: str):
+def start_in_order(queue: Queue, cluster: ClusterState, free: np.ndarray, n_free: int, order: str) -> list[Placement]:
+    """Start queued jobs in ``order`` on the free GPUs (``free``, updated in place) until one does not fit: the
+    queue stops there (head-of-line blocking). ``exclusive`` without backfilling, and EASY backfilling's first
+    pass, which then reserves for the job it stopped at."""
     placements: list[Placement] = []
     for i in in_order(queue_keys(queue, order), n_free):
         k = int(queue.gpus[i])

@@ -18,7 +18,7 @@ it, at the top of the file (``tests/project/test_import_layers.py`` fails on any
 
 from __future__ import annotations
 
-import importlib
+from sharewise.lazy import lazy_exports
 
 # Public name -> the module that defines it (one table: ``__all__``, ``__dir__`` and ``__getattr__`` read it).
 _EXPORTS = {
@@ -54,14 +54,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str):
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value  # later look-ups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

@@ -323,10 +323,11 @@ def _write(path: Path, text: str, tolerate: bool = False) -> None:
 
 
 def _rmdir(path: Path) -> None:
+    """Remove a cgroup directory where it can go (empty of tasks and children); one still in use stays."""
     try:
         path.rmdir()
     except OSError:
-        pass
+        return
 
 
 __all__ = ["CpuQuota", "KnobError", "MpsThreads", "NoKnob", "ShareKnob", "Split", "knob_for", "parse_splits",

@@ -6,6 +6,7 @@ A worker lives for one repeat (``--isolation fresh``) or for a whole campaign (`
 
 from __future__ import annotations
 
+import abc
 import json
 import math
 import os
@@ -93,7 +94,7 @@ class WorkerProcess(Protocol):
     def kill(self) -> None: ...
 
 
-class WorkerBase:
+class WorkerBase(abc.ABC):
     """What every ``WorkerProcess`` shares: its bookkeeping, the waits of ``recv`` and the checks of each answer,
     ``mem_bytes``, ``pid`` and killing its process group. ``Worker`` and ``blackbox.CommandWorker`` are its two
     kinds; they differ in how a job starts, how a command reaches it and how an answer comes back.
@@ -122,13 +123,14 @@ class WorkerBase:
         self.proc: subprocess.Popen | None = None
         self._launch(config, extra_env)
 
-    def _launch(self, config: RunConfig, extra_env: dict[str, str] | None) -> None:  # pragma: no cover - contract
-        raise NotImplementedError(f"{type(self).__name__} must implement _launch(config, extra_env)")
+    @abc.abstractmethod
+    def _launch(self, config: RunConfig, extra_env: dict[str, str] | None) -> None:
+        """Start the job and set ``proc`` (None where it could not start)."""
 
-    def _next_message(self, limit: float) -> dict | None:  # pragma: no cover - contract
+    @abc.abstractmethod
+    def _next_message(self, limit: float) -> dict | None:
         """The job's next answer, None once ``limit`` (``time.monotonic()``) has passed; raises ``WorkerFailed``
         when the job died."""
-        raise NotImplementedError(f"{type(self).__name__} must implement _next_message(limit)")
 
     @property
     def _name(self) -> str:

@@ -160,7 +160,7 @@ def test_a_cycle_through_a_function_level_import_is_found_and_named(tmp_path):
 #: layers, never one of its own layer or above. One layer may hold several packages that know nothing of each
 #: other (the profiler and the predictor; the policies and the planner).
 LAYERS = (
-    ("errors", "stats"),
+    ("errors", "stats", "lazy"),
     ("registry", "command_spec"),
     ("datasets",),
     ("profiler", "predictor"),
